@@ -1,0 +1,54 @@
+"""`gpustack-fn`: the project's commands besides the function server itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import yaml
+
+from functions.core import catalog, names
+from functions.core.devices import parse_devices
+from functions.core.pools import pool_views
+
+WALKTHROUGH_DEVICES = Path("examples/walkthrough/devices.yaml")
+
+
+@click.group()
+def main() -> None:
+    """function-gpustack: a GPU catalog with exact accelerator accounting."""
+
+
+@main.command()
+@click.option(
+    "--devices",
+    "devices_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=WALKTHROUGH_DEVICES,
+    show_default=True,
+    help="A YAML stream of Devices objects, one per node.",
+)
+@click.option("--aware", is_flag=True, help="Split pools by CPU manufacturer (awareness on).")
+def demo(devices_file: Path, aware: bool) -> None:
+    """Print `kubectl get instancetypes` for the derived pools of a cluster."""
+    click.echo(instance_types_table(devices_file, catalog.Settings(aware_cpu_manufacturer=aware)))
+
+
+def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
+    documents = [doc for doc in yaml.safe_load_all(devices_file.read_text()) if doc]
+    cluster = catalog.Cluster.of((parse_devices(doc) for doc in documents), settings)
+    rows = []
+    for pool in cluster.pools(settings):
+        spec = catalog.derived_instance_type_spec(pool, cluster)
+        views = pool_views(pool, cluster.nodes, settings.mixed_on_node)
+        rows.append(
+            [
+                pool.name,
+                names.entrance(pool.name),
+                catalog.unit_display(spec),
+                views.accelerators.display,
+                views.cpu.display,
+                "Active",
+            ]
+        )
+    return catalog.kubectl_table(catalog.INSTANCE_TYPE_COLUMNS, rows)

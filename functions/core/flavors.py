@@ -1,0 +1,106 @@
+"""ResourceFlavors: the finest, setting-independent grain (reference §3.1).
+
+Every managed node contributes one CPU flavor `gpustack--<gKey>-<os>-<arch>-<cores>c` (unless it
+is accelerated and mixing is off) and one device flavor `gpustack--<gKey>--<aKey>-<os>-<arch>-<n>d`
+per accelerator model. Nodes of the same shape share a flavor; its capacity is nodes × count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from functions.core import labels as L
+from functions.core import names
+from functions.core.pools import NodeSummary, PoolKey
+
+
+@dataclass(frozen=True)
+class Flavor:
+    name: str
+    os: str
+    arch: str
+    g_key: str
+    count: int  # per node: cores (CPU flavor) or cards (device flavor)
+    nodes: tuple[str, ...]
+    a_key: str | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.count * len(self.nodes)
+
+    @property
+    def acceleratable(self) -> bool:
+        return self.a_key is not None
+
+    def own_key(self) -> str:
+        if self.a_key:
+            return L.accelerator_key_label(self.a_key)
+        return L.general_key_label(self.g_key)
+
+    def labels(self) -> dict[str, str]:
+        own = self.own_key()
+        labels = {
+            L.OS: self.os,
+            L.ARCH: self.arch,
+            L.ACCELERATABLE: L.boolean(self.acceleratable),
+            L.general_key_label(self.g_key): L.TRUE,
+            own: L.TRUE,
+            f"{own}.count": str(self.count),
+            f"{own}.capacity": str(self.capacity),
+            "resource.gpustack.ai/type": "nodes",
+        }
+        return dict(sorted(labels.items()))
+
+    def node_labels(self) -> dict[str, str]:
+        own = self.own_key()
+        labels = {
+            L.OS: self.os,
+            L.ARCH: self.arch,
+            L.MANAGED: L.TRUE,
+            L.general_key_label(self.g_key): L.TRUE,
+            own: L.TRUE,
+            f"{own}.count": str(self.count),
+        }
+        return dict(sorted(labels.items()))
+
+    def serves(self, pool: PoolKey) -> bool:
+        """Would the pool's ClusterQueue select this flavor?"""
+        if (self.os, self.arch, self.a_key) != (pool.os, pool.arch, pool.a_key):
+            return False
+        return pool.g_key is None or pool.g_key == self.g_key
+
+
+def derive_flavors(nodes: Iterable[NodeSummary], mixed_on_node: bool = True) -> list[Flavor]:
+    """All flavors of the cluster, sorted by name; nodeless flavors simply do not appear."""
+    members: dict[tuple, list[str]] = {}
+    for node in nodes:
+        if not node.managed:
+            continue
+        if node.cpu_cores > 0 and (mixed_on_node or not node.accelerated):
+            members.setdefault((node.os, node.arch, node.g_key, node.cpu_cores, None), []).append(
+                node.node
+            )
+        for a_key, count in node.group_cards.items():
+            if count > 0:
+                members.setdefault((node.os, node.arch, node.g_key, count, a_key), []).append(
+                    node.node
+                )
+    flavors = [
+        Flavor(
+            name=names.flavor_name(g_key, os, arch, count, a_key),
+            os=os,
+            arch=arch,
+            g_key=g_key,
+            count=count,
+            nodes=tuple(sorted(node_names)),
+            a_key=a_key,
+        )
+        for (os, arch, g_key, count, a_key), node_names in members.items()
+    ]
+    return sorted(flavors, key=lambda flavor: flavor.name)
+
+
+def queue_flavors(pool: PoolKey, flavors: Iterable[Flavor]) -> list[Flavor]:
+    """The flavors a pool's ClusterQueue lists, small nodes first (then by name, for stability)."""
+    return sorted((f for f in flavors if f.serves(pool)), key=lambda f: (f.count, f.name))

@@ -1,0 +1,100 @@
+"""Label sets: what a node's two NodeFeatures publish, and what a Devices object is stamped with.
+
+Keys and values exactly as the walkthrough's Node shows them (reference §2.4, §2.5, §2.7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from functions.core import names, quantity
+from functions.core.devices import DevicesSpec
+from functions.core.ledger import GroupSummary
+
+MANAGED = "gpustack.ai/managed"
+ACCELERATABLE = "feature.gpustack.ai/acceleratable"
+GENERAL = "general.feature.gpustack.ai/"
+DEVICE = "acceleratable.feature.gpustack.ai/"
+OS = "kubernetes.io/os"
+ARCH = "kubernetes.io/arch"
+HOSTNAME = "kubernetes.io/hostname"
+SLICED_FIT = "sliced-max-free-units.fit.gpustack.ai/"
+SHARED_FIT = "shared-free-cards.fit.gpustack.ai/"
+
+TRUE, FALSE = "true", "false"
+
+
+def boolean(value: bool) -> str:
+    return TRUE if value else FALSE
+
+
+def general_key_label(g_key: str) -> str:
+    return f"{GENERAL}{g_key}"
+
+
+def accelerator_key_label(a_key: str) -> str:
+    return f"{DEVICE}{a_key}"
+
+
+def worker_labels(spec: DevicesSpec, managed: bool) -> dict[str, str]:
+    """`<node>-gpustack-worker`: managed, the CPU manufacturer, the CPU key and its core count."""
+    g_key = spec.g_key
+    labels = {
+        MANAGED: boolean(managed),
+        general_key_label(names.cpu_manufacturer(g_key)): TRUE,
+        general_key_label(g_key): TRUE,
+    }
+    if spec.cpu.cores > 0:
+        labels[f"{general_key_label(g_key)}.count"] = str(spec.cpu.cores)
+    return labels
+
+
+def device_manager_labels(
+    spec: DevicesSpec, fit: Mapping[str, GroupSummary] | None = None
+) -> dict[str, str]:
+    """`<node>-gpustack-device-manager`: the accelerator keys, and the fit labels when given."""
+    if not spec.groups:
+        return {}
+    labels = {ACCELERATABLE: TRUE}
+    for vendor in spec.accelerators:
+        if not vendor.devices:
+            continue
+        prefix = accelerator_key_label(vendor.manufacturer)
+        labels[prefix] = TRUE
+        if vendor.driver_version:
+            labels[f"{prefix}.driver-version"] = names.label_value(vendor.driver_version)
+        if vendor.runtime_version:
+            labels[f"{prefix}.runtime-version"] = names.label_value(vendor.runtime_version)
+    for group in spec.groups:
+        key = accelerator_key_label(group.key)
+        labels[key] = TRUE
+        labels[f"{key}.count"] = str(len(group.devices))
+        labels[f"{key}.memory"] = quantity.format_mebibytes(group.memory_mib)
+        labels[f"{key}.cores"] = str(group.cores)
+        if group.family:
+            labels[f"{key}.family"] = group.family
+        labels[f"{key}.product"] = names.label_value(group.product)
+        major = group.compute_capability.partition(".")[0]
+        if major not in ("", "0"):
+            labels[f"{key}.comcap"] = group.compute_capability
+        if fit is not None and group.key in fit:
+            labels.update(fit_labels(group.key, fit[group.key]))
+    return labels
+
+
+def fit_labels(a_key: str, summary: GroupSummary) -> dict[str, str]:
+    """Per-card feasibility for the scheduler: the freest sliceable card, cards with a free share."""
+    return {
+        f"{SLICED_FIT}{a_key}": str(summary.max_card_slice_units),
+        f"{SHARED_FIT}{a_key}": str(summary.cards_with_free_share),
+    }
+
+
+def devices_labels(spec: DevicesSpec, managed: bool | None = None) -> dict[str, str]:
+    """The labels stamped on a Devices object so pools can find their nodes by selector."""
+    labels = {OS: spec.os, ARCH: spec.arch, general_key_label(spec.g_key): TRUE}
+    if managed is not None:
+        labels[MANAGED] = boolean(managed)
+    for group in spec.groups:
+        labels[accelerator_key_label(group.key)] = TRUE
+    return labels

@@ -1,0 +1,302 @@
+"""The per-card credit ledger and the per-node summaries pools are summed from (reference §4.3).
+
+Every card is worth D = 1,600,000 credits. A card is taken in exactly one mode at a time:
+Exclusive (all of it), Shared (D/10 per holder, at most 10), Sliced (its units, within the slice
+slots), or Partitioned (a MIG card: one credit charge per partition, placement-aware profiles).
+`CardLedger.allocate` refuses anything that does not fit, so no sequence of allocations can make
+`remaining` negative or larger than the card.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+
+from functions.core import mig
+from functions.core.devices import (
+    Accelerator,
+    Allocation,
+    DevicesSpec,
+    MigProfile,
+    Placement,
+)
+
+D = 1_600_000  # credits per whole card
+SHARES_PER_CARD = 10
+SHARE = D // SHARES_PER_CARD  # 160,000
+PERCENT = D // 100  # 16,000
+LOGICAL_SLICE_SLOTS = {"nvidia": 128, "iluvatar": 128, "ascend": 63, "cambricon": 16, "hygon": 4}
+DEFAULT_SLICE_SLOTS = 16
+
+
+class Mode(IntEnum):
+    NONE = 0
+    EXCLUSIVE = 1
+    SHARED = 2
+    SLICED = 3
+    PARTITIONED = 4
+
+
+class AllocationRefused(ValueError):
+    """An allocation the card cannot take (wrong mode, too big, overlapping placement)."""
+
+
+def slice_units_by_percent(memory_percentage: int) -> int:
+    """A logical slice by percent: 20 % → 320,000 units (= credits)."""
+    return memory_percentage * PERCENT
+
+
+def slice_units_by_mib(memory_mib: int, card_mib: int) -> int:
+    """A logical slice by MiB: floor(MiB × D / card MiB) (12288 of 24576 → 800,000)."""
+    return memory_mib * D // card_mib
+
+
+def partition_units(profile_mib: int, card_mib: int) -> int:
+    """A partition costs what a slice of the same VRAM costs (3g.40gb of 81920 → 800,000)."""
+    return profile_mib * D // card_mib
+
+
+@dataclass(frozen=True)
+class CardLedger:
+    id: str
+    index: int
+    memory_mib: int
+    healthy: bool = True
+    slice_slots: int = 0  # 0: the card cannot be sliced logically
+    profiles: tuple[MigProfile, ...] = ()  # non-empty: a partitioned (MIG) card
+    mode: Mode = Mode.NONE
+    remaining: int = D
+    holders: int = 0  # Shared holders or Sliced slices
+    occupied: tuple[tuple[str, Placement], ...] = ()
+
+    @classmethod
+    def for_card(cls, card: Accelerator, manufacturer: str) -> CardLedger:
+        slots = 0 if card.partitioned else LOGICAL_SLICE_SLOTS.get(manufacturer, DEFAULT_SLICE_SLOTS)
+        profiles = card.profiles if card.partitioned else ()
+        return cls(card.uuid, card.index, card.memory_mib, card.healthy, slots, profiles)
+
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.profiles)
+
+    @property
+    def free(self) -> bool:
+        """Wholly free: can take any claim its population serves."""
+        return self.healthy and self.mode == Mode.NONE
+
+    @property
+    def allocated_slices(self) -> int:
+        return self.holders if self.mode == Mode.SLICED else 0
+
+    def allocate(self, allocation: Allocation) -> CardLedger:
+        if not self.healthy:
+            raise AllocationRefused(f"accelerator {self.id} is unhealthy")
+        if allocation.mode == "Partitioned":
+            return self._partition(allocation)
+        if self.partitioned:
+            raise AllocationRefused(
+                f"accelerator {self.id} is in MIG mode and serves only partitions"
+            )
+        if allocation.mode == "Exclusive":
+            self._require_mode(Mode.NONE, allocation)
+            return replace(self, mode=Mode.EXCLUSIVE, remaining=0, holders=1)
+        if allocation.mode == "Shared":
+            self._require_mode(Mode.SHARED, allocation)
+            if self.holders >= SHARES_PER_CARD:
+                raise AllocationRefused(f"accelerator {self.id} has no free share")
+            return replace(self, mode=Mode.SHARED, remaining=self.remaining - SHARE, holders=self.holders + 1)
+        return self._slice(allocation)
+
+    def _require_mode(self, mode: Mode, allocation: Allocation) -> None:
+        if self.mode not in (Mode.NONE, mode):
+            raise AllocationRefused(
+                f"accelerator {self.id} is held {self.mode.name.lower()}, "
+                f"it cannot also be {allocation.mode.lower()}"
+            )
+
+    def _slice(self, allocation: Allocation) -> CardLedger:
+        self._require_mode(Mode.SLICED, allocation)
+        if self.slice_slots == 0:
+            raise AllocationRefused(f"accelerator {self.id} cannot be sliced")
+        if self.holders >= self.slice_slots:
+            raise AllocationRefused(f"accelerator {self.id} has no free slice slot")
+        if allocation.memory_percentage:
+            if not 0 < allocation.memory_percentage <= 100:
+                raise AllocationRefused("memoryPercentage must be within (0, 100]")
+            units = slice_units_by_percent(allocation.memory_percentage)
+        elif allocation.memory_mib:
+            units = slice_units_by_mib(allocation.memory_mib, self.memory_mib)
+        else:
+            raise AllocationRefused("a slice needs memoryPercentage or memoryMiB")
+        if not 0 < units <= self.remaining:
+            raise AllocationRefused(
+                f"accelerator {self.id} has {self.remaining} credits left, the slice needs {units}"
+            )
+        return replace(self, mode=Mode.SLICED, remaining=self.remaining - units, holders=self.holders + 1)
+
+    def _partition(self, allocation: Allocation) -> CardLedger:
+        if not self.partitioned:
+            raise AllocationRefused(f"accelerator {self.id} is not in MIG mode")
+        profile = next((p for p in self.profiles if p.name == allocation.profile), None)
+        if profile is None:
+            offered = ", ".join(p.name for p in self.profiles)
+            raise AllocationRefused(f"profile {allocation.profile!r} is not offered ({offered})")
+        placement = allocation.placement or self._first_free(profile)
+        if placement not in profile.placements:
+            raise AllocationRefused(f"{placement} is not a legal placement of {profile.name}")
+        if not mig.is_free(placement, (taken for _, taken in self.occupied)):
+            raise AllocationRefused(f"{placement} of {profile.name} overlaps a partition")
+        units = partition_units(profile.memory_mib, self.memory_mib)
+        if units > self.remaining:
+            raise AllocationRefused(f"accelerator {self.id} has no credits left for {profile.name}")
+        return replace(
+            self,
+            mode=Mode.PARTITIONED,
+            remaining=self.remaining - units,
+            holders=self.holders + 1,
+            occupied=(*self.occupied, (profile.name, placement)),
+        )
+
+    def _first_free(self, profile: MigProfile) -> Placement:
+        taken = [placement for _, placement in self.occupied]
+        for placement in profile.placements:
+            if mig.is_free(placement, taken):
+                return placement
+        raise AllocationRefused(f"no free placement of {profile.name} on accelerator {self.id}")
+
+    def remaining_profiles(self) -> dict[str, int]:
+        return mig.remaining_profiles(self.profiles, (p for _, p in self.occupied))
+
+    def allocated_profiles(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for name, _ in self.occupied:
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def slice_percent(self) -> int:
+        """Percent points of this card a new logical slice could still take (0 when it can't)."""
+        can_slice = self.slice_slots and self.holders < self.slice_slots
+        if not (self.healthy and can_slice and self.mode in (Mode.NONE, Mode.SLICED)):
+            return 0
+        return self.remaining // PERCENT
+
+    def free_shares(self) -> int:
+        if not self.healthy or self.partitioned or self.mode not in (Mode.NONE, Mode.SHARED):
+            return 0
+        return self.remaining // SHARE
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """An observed allocation the ledger could not place: reported, never silently dropped."""
+
+    pod: str
+    device: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GroupLedger:
+    key: str  # the aKey
+    id: str
+    manufacturer: str
+    cards: tuple[CardLedger, ...]
+
+
+@dataclass(frozen=True)
+class NodeLedger:
+    groups: tuple[GroupLedger, ...]
+    conflicts: tuple[Conflict, ...] = ()
+
+
+def build_ledger(spec: DevicesSpec) -> NodeLedger:
+    """Seed every card free, then apply the node's observed allocations in order."""
+    cards: dict[str, CardLedger] = {}
+    for group in spec.groups:
+        for card in group.devices:
+            cards[card.uuid] = CardLedger.for_card(card, group.manufacturer)
+    conflicts: list[Conflict] = []
+    for allocation in spec.allocations:
+        card = cards.get(allocation.device)
+        if card is None:
+            conflicts.append(Conflict(allocation.pod, allocation.device, "unknown accelerator"))
+            continue
+        try:
+            cards[allocation.device] = card.allocate(allocation)
+        except AllocationRefused as refused:
+            conflicts.append(Conflict(allocation.pod, allocation.device, str(refused)))
+    return NodeLedger(
+        groups=tuple(
+            GroupLedger(g.key, g.id, g.manufacturer, tuple(cards[c.uuid] for c in g.devices))
+            for g in spec.groups
+        ),
+        conflicts=tuple(conflicts),
+    )
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """One node's contribution to every view of the pools its cards belong to."""
+
+    cards: int = 0  # unpartitioned cards
+    free_cards: int = 0
+    free_shares: int = 0
+    cards_with_free_share: int = 0
+    logical_cards: int = 0
+    free_slice_percent: int = 0
+    max_card_slice_percent: int = 0
+    max_card_slice_units: int = 0
+    partition_capacity: int = 0
+    partition_remaining: int = 0
+    allocated_profiles: dict[str, int] = field(default_factory=dict)
+    remaining_profiles: dict[str, int] = field(default_factory=dict)
+
+
+def summarize(cards: Iterable[CardLedger]) -> GroupSummary:
+    counts = dict.fromkeys(
+        (
+            "cards",
+            "free_cards",
+            "free_shares",
+            "cards_with_free_share",
+            "logical_cards",
+            "free_slice_percent",
+            "max_card_slice_percent",
+            "max_card_slice_units",
+            "partition_capacity",
+            "partition_remaining",
+        ),
+        0,
+    )
+    allocated: dict[str, int] = {}
+    remaining: dict[str, int] = {}
+    for card in cards:
+        if card.partitioned:
+            card_remaining = card.remaining_profiles() if card.healthy else {}
+            counts["partition_capacity"] += mig.capacity(card.profiles)
+            counts["partition_remaining"] += mig.largest_remaining(card_remaining)
+            for name in (p.name for p in card.profiles):
+                remaining[name] = remaining.get(name, 0) + card_remaining.get(name, 0)
+            for name, count in card.allocated_profiles().items():
+                allocated[name] = allocated.get(name, 0) + count
+            continue
+        counts["cards"] += 1
+        counts["free_cards"] += card.free
+        shares = card.free_shares()
+        counts["free_shares"] += shares
+        counts["cards_with_free_share"] += shares > 0
+        if card.slice_slots:
+            counts["logical_cards"] += 1
+            percent = card.slice_percent()
+            counts["free_slice_percent"] += percent
+            counts["max_card_slice_percent"] = max(counts["max_card_slice_percent"], percent)
+            if percent:
+                counts["max_card_slice_units"] = max(counts["max_card_slice_units"], card.remaining)
+    return GroupSummary(**counts, allocated_profiles=allocated, remaining_profiles=remaining)
+
+
+def summarize_node(ledger: NodeLedger) -> dict[str, GroupSummary]:
+    """Per aKey, this node's summary."""
+    return {group.key: summarize(group.cards) for group in ledger.groups}
+

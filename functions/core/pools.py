@@ -1,0 +1,220 @@
+"""Pools and their views: which nodes a pool covers, and the four accelerator views plus CPU.
+
+A pool is identified by (os, arch, aKey?, gKey?) — gKey only when pools are CPU-aware. Sibling
+InstanceTypes with the same identity (a derived pool and a custom type) read the same nodes and
+so show the same figures: one accelerator, two consistent views. Views are summed from per-node
+summaries; pools never walk cards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from functions.core import names
+from functions.core.devices import DevicesSpec
+from functions.core.ledger import SHARES_PER_CARD, GroupSummary, build_ledger, summarize_node
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """What a pool needs to know about one node, precomputed once per Devices object."""
+
+    node: str
+    os: str
+    arch: str
+    g_key: str
+    managed: bool
+    cpu_cores: int
+    groups: Mapping[str, GroupSummary] = field(default_factory=dict)
+    group_cards: Mapping[str, int] = field(default_factory=dict)  # every card, MIG ones too
+
+    @property
+    def accelerated(self) -> bool:
+        return any(self.group_cards.values())
+
+
+def summarize_devices(spec: DevicesSpec, node_management_manual: bool = False) -> NodeSummary:
+    return NodeSummary(
+        node=spec.node,
+        os=spec.os,
+        arch=spec.arch,
+        g_key=spec.g_key,
+        managed=spec.is_managed(node_management_manual),
+        cpu_cores=spec.cpu.cores,
+        groups=summarize_node(build_ledger(spec)),
+        group_cards={group.key: len(group.devices) for group in spec.groups},
+    )
+
+
+@dataclass(frozen=True, order=True)
+class PoolKey:
+    os: str
+    arch: str
+    a_key: str | None = None  # None: the CPU pool
+    g_key: str | None = None  # None: collapsed across CPUs (awareness off)
+
+    @classmethod
+    def for_instance_type(cls, spec: Mapping) -> PoolKey:
+        """The pool an InstanceType spec selects (derived or admin-authored alike)."""
+        general = spec.get("generalGroup") or names.GENERIC
+        return cls(
+            os=spec.get("os", ""),
+            arch=spec.get("arch", ""),
+            a_key=spec.get("acceleratorGroup") if spec.get("acceleratable") else None,
+            g_key=None if general == names.GENERIC else general,
+        )
+
+    @property
+    def name(self) -> str:
+        return names.pool_name(self.os, self.arch, self.a_key, self.g_key)
+
+    @property
+    def acceleratable(self) -> bool:
+        return self.a_key is not None
+
+    def covers(self, node: NodeSummary, mixed_on_node: bool = True) -> bool:
+        """Does this pool take capacity from `node`?"""
+        if not node.managed or (node.os, node.arch) != (self.os, self.arch):
+            return False
+        if self.g_key is not None and node.g_key != self.g_key:
+            return False
+        if self.a_key is not None:
+            return node.group_cards.get(self.a_key, 0) > 0
+        return node.cpu_cores > 0 and (mixed_on_node or not node.accelerated)
+
+
+def pools_of(node: NodeSummary, aware: bool, mixed_on_node: bool = True) -> list[PoolKey]:
+    """The derived pools a managed node gives rise to under the awareness setting."""
+    if not node.managed:
+        return []
+    g_key = node.g_key if aware else None
+    pools = [
+        PoolKey(node.os, node.arch, a_key, g_key)
+        for a_key, count in sorted(node.group_cards.items())
+        if count > 0
+    ]
+    if node.cpu_cores > 0 and (mixed_on_node or not node.accelerated):
+        pools.append(PoolKey(node.os, node.arch, None, g_key))
+    return pools
+
+
+@dataclass(frozen=True)
+class View:
+    capacity: int = 0
+    once_max: int = 0
+    remaining: int = 0
+
+    @property
+    def display(self) -> str:
+        return f"{self.once_max}/{self.remaining}"
+
+    def as_status(self) -> dict[str, str]:
+        return {
+            "capacity": str(self.capacity),
+            "onceMaxRequest": str(self.once_max),
+            "remaining": str(self.remaining),
+        }
+
+
+@dataclass(frozen=True)
+class PartitionView(View):
+    allocated_profiles: Mapping[str, int] = field(default_factory=dict)
+    remaining_profiles: Mapping[str, int] = field(default_factory=dict)
+
+    def as_status(self) -> dict:
+        status: dict = super().as_status()
+        status["allocatedProfiles"] = [
+            {"name": name, "count": count}
+            for name, count in sorted(self.allocated_profiles.items())
+            if count
+        ]
+        status["remainingProfiles"] = [
+            {"name": name, "count": count} for name, count in sorted(self.remaining_profiles.items())
+        ]
+        return status
+
+
+@dataclass(frozen=True)
+class AcceleratorViews:
+    exclusive: View = View()
+    shared: View = View()
+    sliced: View = View()
+    partitioned: PartitionView = PartitionView()
+
+    @property
+    def display(self) -> str:
+        """The ACCELERATOR(EX/SH/SL/PT) column: `1/1 1/10 100/100 0/0`."""
+        views = (self.exclusive, self.shared, self.sliced, self.partitioned)
+        return " ".join(view.display for view in views)
+
+
+def accelerator_views(summaries: Iterable[GroupSummary], draining: bool = False) -> AcceleratorViews:
+    """Sum node summaries into the four views (a draining queue shows all zeros).
+
+    SH uses the card-count reading: its once-max is the most cards on one node that still have
+    a free share (one free A10G reads `1/10`, not `10/10`). PT's once-max is 1 while any
+    partitioned card can host an instance.
+    """
+    if draining:
+        return AcceleratorViews()
+    cards = free = shares = once_shared = once_exclusive = 0
+    logical = sliced = once_sliced = 0
+    pt_capacity = pt_remaining = 0
+    allocated: dict[str, int] = {}
+    remaining: dict[str, int] = {}
+    for node in summaries:
+        cards += node.cards
+        free += node.free_cards
+        once_exclusive = max(once_exclusive, node.free_cards)
+        shares += node.free_shares
+        once_shared = max(once_shared, node.cards_with_free_share)
+        logical += node.logical_cards
+        sliced += node.free_slice_percent
+        once_sliced = max(once_sliced, node.max_card_slice_percent)
+        pt_capacity += node.partition_capacity
+        pt_remaining += node.partition_remaining
+        for name, count in node.allocated_profiles.items():
+            allocated[name] = allocated.get(name, 0) + count
+        for name, count in node.remaining_profiles.items():
+            remaining[name] = remaining.get(name, 0) + count
+    return AcceleratorViews(
+        exclusive=View(cards, once_exclusive, free),
+        shared=View(cards * SHARES_PER_CARD, once_shared, shares),
+        sliced=View(logical * 100, once_sliced, sliced),
+        partitioned=PartitionView(pt_capacity, int(pt_remaining > 0), pt_remaining, allocated, remaining),
+    )
+
+
+def cpu_view(node_cores: Iterable[int], reserved: int = 0) -> View:
+    """The CPU column: capacity Σ cores; once-max the largest node, capped at what remains."""
+    cores = list(node_cores)
+    capacity = sum(cores)
+    remaining = max(0, capacity - reserved)
+    return View(capacity, min(max(cores, default=0), remaining), remaining)
+
+
+@dataclass(frozen=True)
+class PoolViews:
+    accelerators: AcceleratorViews
+    cpu: View
+    nodes: tuple[str, ...]
+    largest_node_cards: int = 0
+
+
+def pool_views(
+    pool: PoolKey,
+    nodes: Iterable[NodeSummary],
+    mixed_on_node: bool = True,
+    reserved_cpu: int = 0,
+    draining: bool = False,
+) -> PoolViews:
+    """Everything the InstanceType status shows for `pool`, from its nodes' summaries."""
+    covered = sorted((n for n in nodes if pool.covers(n, mixed_on_node)), key=lambda n: n.node)
+    node_names = tuple(n.node for n in covered)
+    if pool.acceleratable:
+        summaries = [n.groups[pool.a_key] for n in covered if pool.a_key in n.groups]
+        largest = max((n.group_cards[pool.a_key] for n in covered), default=0)
+        return PoolViews(accelerator_views(summaries, draining), View(), node_names, largest)
+    cpu = View() if draining else cpu_view((n.cpu_cores for n in covered), reserved_cpu)
+    return PoolViews(AcceleratorViews(), cpu, node_names)

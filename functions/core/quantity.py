@@ -1,0 +1,101 @@
+"""Kubernetes resource quantities: exact parsing and canonical formatting.
+
+Values are held as `fractions.Fraction` so that nothing is ever rounded by accident; the
+formatters reproduce what the API server prints (`1600000` → `1600k`, `8000000` → `8M`,
+`68719476736` → `64Gi`, `0.8` → `800m`).
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_DECIMAL_BY_EXPONENT = {exp: suffix for suffix, exp in DECIMAL_SUFFIXES.items()}
+_BINARY_BY_POWER = {power: suffix for suffix, power in BINARY_SUFFIXES.items()}
+
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?\d+))?$"
+)
+
+GIB = 1024**3
+MIB = 1024**2
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity."""
+
+
+def parse(value: str | int | float | Fraction) -> Fraction:
+    """Parse a quantity (`"64Gi"`, `"800m"`, `"1.5"`, `2`) into an exact Fraction."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int | Fraction):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(str(value))
+    match = _QUANTITY.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise QuantityError(f"{value!r} is not a quantity (expected e.g. 8, 500m, 64Gi)")
+    number = Fraction(match["number"])
+    suffix, exponent = match["suffix"], match["exponent"]
+    if suffix in BINARY_SUFFIXES:
+        number *= 1024 ** BINARY_SUFFIXES[suffix]
+    elif suffix is not None:
+        number *= Fraction(10) ** DECIMAL_SUFFIXES[suffix]
+    elif exponent is not None:
+        number *= Fraction(10) ** int(exponent)
+    return -number if match["sign"] == "-" else number
+
+
+def format_decimal(value: int | Fraction) -> str:
+    """Render in DecimalSI canonical form: the largest power of 1000 that keeps an integer."""
+    value = Fraction(value)
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    # Below one, Kubernetes rounds up to the smallest representable unit (nano).
+    for exponent in (18, 15, 12, 9, 6, 3, 0, -3, -6, -9):
+        mantissa = value / Fraction(10) ** exponent
+        if mantissa.denominator == 1:
+            return f"{sign}{mantissa.numerator}{_DECIMAL_BY_EXPONENT[exponent]}"
+    nanos = -(-value * 10**9 // 1)
+    return f"{sign}{nanos}n"
+
+
+def format_binary(value: int | Fraction) -> str:
+    """Render in BinarySI canonical form (`64Gi`); values that no power of 1024 divides stay plain."""
+    value = Fraction(value)
+    if value.denominator != 1:
+        return format_decimal(value)
+    number = value.numerator
+    if number == 0:
+        return "0"
+    for power in (6, 5, 4, 3, 2, 1):
+        unit = 1024**power
+        if abs(number) >= unit and number % unit == 0:
+            return f"{number // unit}{_BINARY_BY_POWER[power]}"
+    return str(number)
+
+
+def format_like(value: int | Fraction, original: str) -> str:
+    """Render `value` in the format family the user wrote `original` in (binary or decimal)."""
+    if any(original.endswith(suffix) for suffix in BINARY_SUFFIXES):
+        return format_binary(value)
+    return format_decimal(value)
+
+
+def format_mebibytes(mib: int) -> str:
+    """Per-card VRAM as the walkthrough labels show it: `24Gi`, `16Gi`, or `15360Mi` if not round."""
+    return format_binary(mib * MIB)
+
+
+def ceil(value: Fraction) -> int:
+    return -(-value.numerator // value.denominator)
+
+
+def floor(value: Fraction) -> int:
+    return value.numerator // value.denominator

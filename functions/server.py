@@ -1,0 +1,2 @@
+def main():  # replaced by the gRPC server
+    raise SystemExit("not yet")
