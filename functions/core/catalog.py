@@ -86,7 +86,10 @@ def kubectl_table(headers: list[str], rows: Iterable[list[str]]) -> str:
     """Columns as `kubectl get` prints them: left-aligned, three spaces apart."""
     rows = [headers, *rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
-    lines = ["   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    lines = [
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in rows
+    ]
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -213,7 +213,9 @@ class DevicesSpec:
 
     @property
     def g_key(self) -> str:
-        return names.general_key(self.cpu.vendor, self.cpu.model_name, self.cpu.family, self.cpu.model)
+        return names.general_key(
+            self.cpu.vendor, self.cpu.model_name, self.cpu.family, self.cpu.model
+        )
 
     def is_managed(self, node_management_manual: bool = False) -> bool:
         """Unset means managed unless the Catalog asks for manual node management."""

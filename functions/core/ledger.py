@@ -72,7 +72,9 @@ class CardLedger:
 
     @classmethod
     def for_card(cls, card: Accelerator, manufacturer: str) -> CardLedger:
-        slots = 0 if card.partitioned else LOGICAL_SLICE_SLOTS.get(manufacturer, DEFAULT_SLICE_SLOTS)
+        slots = (
+            0 if card.partitioned else LOGICAL_SLICE_SLOTS.get(manufacturer, DEFAULT_SLICE_SLOTS)
+        )
         profiles = card.profiles if card.partitioned else ()
         return cls(card.uuid, card.index, card.memory_mib, card.healthy, slots, profiles)
 
@@ -105,7 +107,9 @@ class CardLedger:
             self._require_mode(Mode.SHARED, allocation)
             if self.holders >= SHARES_PER_CARD:
                 raise AllocationRefused(f"accelerator {self.id} has no free share")
-            return replace(self, mode=Mode.SHARED, remaining=self.remaining - SHARE, holders=self.holders + 1)
+            return replace(
+                self, mode=Mode.SHARED, remaining=self.remaining - SHARE, holders=self.holders + 1
+            )
         return self._slice(allocation)
 
     def _require_mode(self, mode: Mode, allocation: Allocation) -> None:
@@ -133,7 +137,9 @@ class CardLedger:
             raise AllocationRefused(
                 f"accelerator {self.id} has {self.remaining} credits left, the slice needs {units}"
             )
-        return replace(self, mode=Mode.SLICED, remaining=self.remaining - units, holders=self.holders + 1)
+        return replace(
+            self, mode=Mode.SLICED, remaining=self.remaining - units, holders=self.holders + 1
+        )
 
     def _partition(self, allocation: Allocation) -> CardLedger:
         if not self.partitioned:
@@ -299,4 +305,3 @@ def summarize(cards: Iterable[CardLedger]) -> GroupSummary:
 def summarize_node(ledger: NodeLedger) -> dict[str, GroupSummary]:
     """Per aKey, this node's summary."""
     return {group.key: summarize(group.cards) for group in ledger.groups}
-

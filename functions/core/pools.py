@@ -130,7 +130,8 @@ class PartitionView(View):
             if count
         ]
         status["remainingProfiles"] = [
-            {"name": name, "count": count} for name, count in sorted(self.remaining_profiles.items())
+            {"name": name, "count": count}
+            for name, count in sorted(self.remaining_profiles.items())
         ]
         return status
 
@@ -149,7 +150,9 @@ class AcceleratorViews:
         return " ".join(view.display for view in views)
 
 
-def accelerator_views(summaries: Iterable[GroupSummary], draining: bool = False) -> AcceleratorViews:
+def accelerator_views(
+    summaries: Iterable[GroupSummary], draining: bool = False
+) -> AcceleratorViews:
     """Sum node summaries into the four views (a draining queue shows all zeros).
 
     SH uses the card-count reading: its once-max is the most cards on one node that still have
@@ -182,7 +185,9 @@ def accelerator_views(summaries: Iterable[GroupSummary], draining: bool = False)
         exclusive=View(cards, once_exclusive, free),
         shared=View(cards * SHARES_PER_CARD, once_shared, shares),
         sliced=View(logical * 100, once_sliced, sliced),
-        partitioned=PartitionView(pt_capacity, int(pt_remaining > 0), pt_remaining, allocated, remaining),
+        partitioned=PartitionView(
+            pt_capacity, int(pt_remaining > 0), pt_remaining, allocated, remaining
+        ),
     )
 
 

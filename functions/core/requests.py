@@ -17,8 +17,8 @@ from typing import Any
 
 from functions.core import quantity
 from functions.core.ledger import (
-    D,
     SHARE,
+    D,
     partition_units,
     slice_units_by_percent,
 )
@@ -172,7 +172,7 @@ def plan(
     if shape in (Shape.SLICED, Shape.PARTITIONED) and not facts.ready:
         return [
             Refusal(
-                f"spec.type",
+                "spec.type",
                 f"instance type {facts.name} is not ready yet; retry",
                 "InstanceTypeNotReady",
             )
@@ -187,11 +187,13 @@ def plan(
     return _render(sized, facts, overcommit)
 
 
-def _validate_shape(request: ResourceRequest, shape: Shape, facts: InstanceTypeFacts) -> list[Refusal]:
+def _validate_shape(
+    request: ResourceRequest, shape: Shape, facts: InstanceTypeFacts
+) -> list[Refusal]:
     refusals = _validate_general(request, facts)
     accelerator = request.accelerator
     if not facts.acceleratable:
-        if accelerator is not None and accelerator > 0 or request.shared:
+        if (accelerator is not None and accelerator > 0) or request.shared:
             refusals.append(
                 Refusal(
                     f"{FIELD}.accelerator",
@@ -243,7 +245,9 @@ def _validate_partition(request: ResourceRequest, facts: InstanceTypeFacts) -> l
             )
         ]
     if facts.manufacturer not in PARTITION_KINDS:
-        return [Refusal(at, f"manufacturer {facts.manufacturer} does not support hardware partitioning")]
+        return [
+            Refusal(at, f"manufacturer {facts.manufacturer} does not support hardware partitioning")
+        ]
     if not facts.profiles:
         return [Refusal(at, f"instance type {facts.name} does not offer hardware partitioning")]
     if request.profile not in facts.profiles:
@@ -286,7 +290,9 @@ def _validate_slice(request: ResourceRequest, facts: InstanceTypeFacts) -> list[
     ]
     if request.accelerator is not None and request.accelerator != 1:
         refusals.append(
-            Refusal(f"{FIELD}.accelerator", "accelerator request must be exactly 1 for a sliced request")
+            Refusal(
+                f"{FIELD}.accelerator", "accelerator request must be exactly 1 for a sliced request"
+            )
         )
     return refusals
 
@@ -352,7 +358,9 @@ def _fill(requested: Fraction | None, computed: Fraction | int, overcommit: bool
     return requested
 
 
-def _size(request: ResourceRequest, shape: Shape, facts: InstanceTypeFacts, overcommit: bool) -> _Sized:
+def _size(
+    request: ResourceRequest, shape: Shape, facts: InstanceTypeFacts, overcommit: bool
+) -> _Sized:
     unit_cpu, unit_ram = facts.unit_cpu, facts.unit_ram
     percent, cards, unit_count = 100, 1, 1
     memory_pct = cores_pct = 0
@@ -394,18 +402,24 @@ def _size(request: ResourceRequest, shape: Shape, facts: InstanceTypeFacts, over
     )
 
 
-def _validate_caps(sized: _Sized, facts: InstanceTypeFacts, request: ResourceRequest) -> list[Refusal]:
+def _validate_caps(
+    sized: _Sized, facts: InstanceTypeFacts, request: ResourceRequest
+) -> list[Refusal]:
     refusals = []
     count = sized.unit_count
     if facts.acceleratable and sized.cpu > facts.unit_cpu * count:
         bound = facts.unit_cpu * count
         refusals.append(
-            Refusal(f"{FIELD}.cpu", f"exceeds the maximum CPU {bound} of instance type {facts.name}")
+            Refusal(
+                f"{FIELD}.cpu", f"exceeds the maximum CPU {bound} of instance type {facts.name}"
+            )
         )
     if sized.ram > facts.unit_ram * count:
         bound = quantity.format_binary(facts.unit_ram * count)
         refusals.append(
-            Refusal(f"{FIELD}.ram", f"exceeds the maximum RAM {bound} of instance type {facts.name}")
+            Refusal(
+                f"{FIELD}.ram", f"exceeds the maximum RAM {bound} of instance type {facts.name}"
+            )
         )
     if sized.local_storage > facts.local_storage:
         bound = quantity.format_binary(facts.local_storage)
@@ -474,7 +488,9 @@ def _render(sized: _Sized, facts: InstanceTypeFacts, overcommit: bool) -> Plan:
         "ephemeral-storage": quantity.format_binary(sized.local_storage),
     }
     if overcommit:
-        requests = overcommitted_requests(sized.cpu, sized.ram, sized.local_storage, facts.acceleratable)
+        requests = overcommitted_requests(
+            sized.cpu, sized.ram, sized.local_storage, facts.acceleratable
+        )
     else:
         requests = dict(limits)
     keys = accelerator_keys(sized, facts)

@@ -1,0 +1,272 @@
+"""Instance requests: the reference's sizing examples, resource keys, credits and refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from functions.core.quantity import GIB
+from functions.core.requests import InstanceTypeFacts, Plan, Refusal, Shape, plan
+
+A10G = InstanceTypeFacts(
+    name="gpustack--nvidia-a10g-linux-amd64",
+    acceleratable=True,
+    unit_cpu=8,
+    unit_ram=64 * GIB,
+    local_storage=100 * GIB,
+    manufacturer="nvidia",
+    card_memory_mib=24576,
+    logically_sliceable=True,
+    largest_node_cards=1,
+)
+H100_MIG = InstanceTypeFacts(
+    name="gpustack--nvidia-h100-80gb-hbm3-linux-amd64",
+    acceleratable=True,
+    unit_cpu=12,
+    unit_ram=192 * GIB,
+    local_storage=100 * GIB,
+    manufacturer="nvidia",
+    card_memory_mib=81920,
+    profiles={"1g.10gb": 9984, "3g.40gb": 40960, "7g.80gb": 81152},
+    largest_node_cards=8,
+)
+GENERIC = InstanceTypeFacts(
+    name="gpustack--generic-linux-amd64",
+    acceleratable=False,
+    unit_cpu=1,
+    unit_ram=2 * GIB,
+    local_storage=100 * GIB,
+    largest_node_cores=48,
+    cpu_capacity=72,
+)
+
+
+def planned(resources, facts=A10G, overcommit=True) -> Plan:
+    result = plan(resources, facts, overcommit)
+    assert isinstance(result, Plan), result
+    return result
+
+
+def refused(resources, facts=A10G, overcommit=True) -> list[tuple[str, str]]:
+    result = plan(resources, facts, overcommit)
+    assert isinstance(result, list), result
+    return [(r.field, r.message) for r in result]
+
+
+def test_whole_a10g_with_overcommit():
+    p = planned({"accelerator": "1"})
+    assert p.shape is Shape.WHOLE
+    assert p.limits == {
+        "cpu": "8",
+        "memory": "64Gi",
+        "ephemeral-storage": "15Gi",
+        "nvidia.com/gpu": "1",
+    }
+    assert p.requests == {
+        "cpu": "800m",
+        "memory": "8Gi",
+        "ephemeral-storage": "1920Mi",
+        "nvidia.com/gpu": "1",
+    }
+    assert p.credits == 1_600_000
+
+
+def test_whole_a10g_without_overcommit_keeps_the_tenants_figures():
+    p = planned({"accelerator": "1", "cpu": "2", "ram": "8Gi"}, overcommit=False)
+    assert (
+        p.limits
+        == p.requests
+        == {
+            "cpu": "2",
+            "memory": "8Gi",
+            "ephemeral-storage": "15Gi",
+            "nvidia.com/gpu": "1",
+        }
+    )
+
+
+def test_sliced_demo_20_percent():
+    p = planned(
+        {
+            "accelerator": "1",
+            "acceleratorSlicedMemoryPercentage": 20,
+            "acceleratorSlicedCoresPercentage": 100,
+        }
+    )
+    assert p.shape is Shape.SLICED
+    assert p.limits == {
+        "cpu": "1",
+        "memory": "13743895347",
+        "ephemeral-storage": "15Gi",
+        "nvidia.com/gpu.sliced": "1",
+        "nvidia.com/gpu.sliced.memory-percentage": "20",
+        "nvidia.com/gpu.sliced.cores-percentage": "100",
+    }
+    assert p.credits == 320_000
+
+
+def test_one_percentage_is_copied_to_the_other():
+    p = planned({"acceleratorSlicedMemoryPercentage": 20})
+    assert p.limits["nvidia.com/gpu.sliced.cores-percentage"] == "20"
+    p = planned({"acceleratorSlicedCoresPercentage": 30})
+    assert p.limits["nvidia.com/gpu.sliced.memory-percentage"] == "30"
+
+
+def test_partition_3g_40gb_on_h100_sizes_host_resources_at_half():
+    p = planned({"accelerator": "1", "acceleratorPartitionedProfile": "3g.40gb"}, H100_MIG)
+    assert p.limits["cpu"] == "6" and p.limits["memory"] == "96Gi"
+    assert p.limits["nvidia.com/gpu.partitioned"] == "1"
+    assert p.limits["nvidia.com/gpu.partitioned.mig-3g.40gb"] == "1"
+    assert p.credits == 800_000
+
+
+def test_shared_takes_one_share_on_each_of_n_cards():
+    p = planned({"acceleratorShared": 2}, H100_MIG)
+    assert p.limits["nvidia.com/gpu.shared"] == "2"
+    assert p.credits == 320_000
+
+
+def test_two_whole_cards_cost_two_cards_of_credits():
+    assert planned({"accelerator": 2}, H100_MIG).credits == 3_200_000
+
+
+def test_a_card_less_instance_on_an_accelerated_type_gets_no_accelerator_key():
+    p = planned({"accelerator": "0"})
+    assert p.shape is Shape.NONE and p.credits == 0
+    assert set(p.limits) == {"cpu", "memory", "ephemeral-storage"}
+    assert p.limits["cpu"] == "8"
+
+
+def test_cpu_only_type():
+    p = planned({"cpu": "4"}, GENERIC)
+    assert p.limits == {"cpu": "4", "memory": "8Gi", "ephemeral-storage": "15Gi"}
+    assert p.requests == {"cpu": "3200m", "memory": "1Gi", "ephemeral-storage": "1920Mi"}
+    assert planned({}, GENERIC).limits["cpu"] == "1"
+
+
+def test_a_request_under_one_core_is_not_raised_by_overcommit():
+    assert planned({"cpu": "500m"}, GENERIC).requests["cpu"] == "500m"
+
+
+@pytest.mark.parametrize(
+    ("resources", "facts", "field", "message"),
+    [
+        (
+            {"accelerator": "2"},
+            A10G,
+            "spec.resources.accelerator",
+            "exceeds the maximum accelerator request 1 of instance type gpustack--nvidia-a10g-linux-amd64",
+        ),
+        (
+            {"accelerator": "-1"},
+            A10G,
+            "spec.resources.accelerator",
+            "accelerator request cannot be negative",
+        ),
+        (
+            {"accelerator": "1500m"},
+            A10G,
+            "spec.resources.accelerator",
+            "accelerator request must be a whole number of cards",
+        ),
+        (
+            {"accelerator": "2", "acceleratorSlicedMemoryPercentage": 20},
+            A10G,
+            "spec.resources.accelerator",
+            "accelerator request must be exactly 1 for a sliced request",
+        ),
+        (
+            {"acceleratorSlicedMemoryPercentage": 120},
+            A10G,
+            "spec.resources.acceleratorSlicedMemoryPercentage",
+            "must be between 0 and 100",
+        ),
+        (
+            {"acceleratorSlicedMemoryPercentage": 20},
+            H100_MIG,
+            "spec.resources.acceleratorSlicedMemoryPercentage",
+            "instance type gpustack--nvidia-h100-80gb-hbm3-linux-amd64 does not offer logical slicing",
+        ),
+        (
+            {"acceleratorPartitionedProfile": "3g.40gb", "acceleratorSlicedMemoryPercentage": 50},
+            H100_MIG,
+            "spec.resources.acceleratorSlicedMemoryPercentage",
+            "a hardware partition and a logical slice percentage are mutually exclusive; clear "
+            "acceleratorSlicedMemoryPercentage and acceleratorSlicedCoresPercentage",
+        ),
+        (
+            {"acceleratorPartitionedProfile": "2g.20gb"},
+            H100_MIG,
+            "spec.resources.acceleratorPartitionedProfile",
+            "instance type gpustack--nvidia-h100-80gb-hbm3-linux-amd64 does not offer this partition profile; "
+            "offered: [1g.10gb 3g.40gb 7g.80gb]",
+        ),
+        (
+            {"acceleratorPartitionedProfile": "3g.40gb"},
+            A10G,
+            "spec.resources.acceleratorPartitionedProfile",
+            "instance type gpustack--nvidia-a10g-linux-amd64 does not offer hardware partitioning",
+        ),
+        (
+            {"acceleratorPartitionedProfile": "3g.40gb", "accelerator": "2"},
+            H100_MIG,
+            "spec.resources.accelerator",
+            "accelerator request must be exactly 1 for a partitioned request",
+        ),
+        (
+            {"accelerator": "1"},
+            GENERIC,
+            "spec.resources.accelerator",
+            "accelerator request must not be specified for non-acceleratable instance type",
+        ),
+        (
+            {"cpu": "64"},
+            GENERIC,
+            "spec.resources.cpu",
+            "exceeds the maximum CPU request 48 of instance type gpustack--generic-linux-amd64",
+        ),
+        ({"cpu": "-1"}, GENERIC, "spec.resources.cpu", "CPU request cannot be negative"),
+        (
+            {"localStorage": "200Gi"},
+            A10G,
+            "spec.resources.localStorage",
+            "exceeds the local storage 100Gi of instance type gpustack--nvidia-a10g-linux-amd64",
+        ),
+        ({"cpu": "8.5"}, A10G, "spec.resources.cpu", None),
+        (
+            {"accelerator": "lots"},
+            A10G,
+            "spec.resources.accelerator",
+            "'lots' is not a quantity (expected e.g. 8, 500m, 64Gi)",
+        ),
+    ],
+)
+def test_refusals_name_the_field(resources, facts, field, message):
+    reasons = refused(resources, facts, overcommit=message is not None)
+    if message is None:  # without overcommit the tenant's CPU is kept, and capped
+        assert reasons == [
+            (field, "exceeds the maximum CPU 8 of instance type gpustack--nvidia-a10g-linux-amd64")
+        ]
+    else:
+        assert reasons == [(field, message)]
+
+
+def test_a_cpu_pool_with_no_nodes_says_so():
+    empty = InstanceTypeFacts("gpustack--generic-linux-arm64", False, 1, 2 * GIB, 100 * GIB)
+    assert refused({"cpu": "2"}, empty) == [
+        (
+            "spec.resources.cpu",
+            "instance type gpustack--generic-linux-arm64 has no CPU capacity: no managed node currently backs it",
+        )
+    ]
+
+
+def test_a_slice_on_a_type_whose_detail_is_not_published_waits():
+    unready = InstanceTypeFacts("a10g-12c128g", True, 12, 128 * GIB, 200 * GIB)
+    result = plan({"acceleratorSlicedMemoryPercentage": 20}, unready)
+    assert result == [
+        Refusal(
+            "spec.type",
+            "instance type a10g-12c128g is not ready yet; retry",
+            "InstanceTypeNotReady",
+        )
+    ]
