@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 import yaml
 
+from functions import server
 from functions.core import catalog, names
 from functions.core.devices import parse_devices
 from functions.core.pools import pool_views
@@ -17,6 +18,13 @@ WALKTHROUGH_DEVICES = Path("examples/walkthrough/devices.yaml")
 @click.group()
 def main() -> None:
     """function-gpustack: a GPU catalog with exact accelerator accounting."""
+
+
+@main.command()
+@server.standard_options
+def serve(**options) -> None:
+    """Serve the composition functions over gRPC (the same as the `function` script)."""
+    server.serve_with(**options)
 
 
 @main.command()

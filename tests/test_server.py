@@ -1,0 +1,144 @@
+"""The function server over real gRPC on loopback: dispatch, echo, health, TLS, determinism."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
+from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.support.grpc_server import function_server, throwaway_pki, wait_ready
+
+VALID = "instancetypeflavor"
+
+
+def request(handler: str | None, kind: str = "InstanceTypeFlavor") -> fnv1.RunFunctionRequest:
+    req = fnv1.RunFunctionRequest()
+    req.meta.tag = "tag-1"
+    step_input = {"apiVersion": "fn.gpustack.ai/v1beta1", "kind": "Input"}
+    if handler is not None:
+        step_input["handler"] = handler
+    req.input.update(step_input)
+    req.observed.composite.resource.update(
+        {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": kind, "metadata": {"name": "x"}}
+    )
+    req.desired.resources["from-an-earlier-step"].resource.update(
+        {"apiVersion": "v1", "kind": "ConfigMap"}
+    )
+    req.desired.resources["from-an-earlier-step"].ready = fnv1.READY_TRUE
+    req.context.update({"apiextensions.crossplane.io/environment": {"region": "eu"}})
+    return req
+
+
+@pytest.fixture(scope="module")
+def insecure_address():
+    with function_server("--insecure") as address:
+        with grpc.insecure_channel(address) as channel:
+            wait_ready(channel)
+        yield address
+
+
+def call(address: str, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    with grpc.insecure_channel(address) as channel:
+        return grpcv1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=10)
+
+
+def test_unknown_handler_is_fatal_and_names_the_valid_ones(insecure_address):
+    req = request("gpus")
+    rsp = call(insecure_address, req)
+    assert [(r.severity, r.message) for r in rsp.results] == [
+        (fnv1.SEVERITY_FATAL, f"input.handler: unknown handler 'gpus'; valid handlers: {VALID}")
+    ]
+    assert rsp.meta.tag == "tag-1"
+    assert rsp.desired == req.desired
+    assert rsp.context == req.context
+
+
+def test_missing_handler_and_wrong_input_kind_are_fatal(insecure_address):
+    rsp = call(insecure_address, request(None))
+    assert rsp.results[0].message == f"input.handler: is required; set it to one of {VALID}"
+    req = request(VALID)
+    req.input.update({"kind": "Other"})
+    rsp = call(insecure_address, req)
+    assert rsp.results[0].severity == fnv1.SEVERITY_FATAL
+    assert rsp.results[0].message.startswith(
+        "input: expected apiVersion fn.gpustack.ai/v1beta1, kind Input"
+    )
+
+
+def test_a_composite_of_another_kind_is_refused(insecure_address):
+    rsp = call(insecure_address, request(VALID, kind="Instance"))
+    assert rsp.results[0].severity == fnv1.SEVERITY_FATAL
+    assert rsp.results[0].message.startswith(
+        "input.handler: handler 'instancetypeflavor' serves InstanceTypeFlavor; the composite is a Instance"
+    )
+    assert rsp.desired == request(VALID).desired
+
+
+def test_a_handler_keeps_earlier_steps_and_sets_readiness(insecure_address):
+    req = request(VALID)
+    rsp = call(insecure_address, req)
+    assert list(rsp.results) == []
+    assert (
+        rsp.desired.resources["from-an-earlier-step"]
+        == req.desired.resources["from-an-earlier-step"]
+    )
+    assert rsp.desired.composite.ready == fnv1.READY_TRUE
+    assert rsp.meta.ttl.seconds == 3600
+
+
+def test_same_request_same_response_bytes(insecure_address):
+    payload = request(VALID).SerializeToString()
+    with grpc.insecure_channel(insecure_address) as channel:
+        raw = channel.unary_unary(
+            "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        assert raw(payload, timeout=10) == raw(payload, timeout=10)
+
+
+def test_v1beta1_is_served_too(insecure_address):
+    req = fnv1beta1.RunFunctionRequest.FromString(request("gpus").SerializeToString())
+    with grpc.insecure_channel(insecure_address) as channel:
+        rsp = grpcv1beta1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=10)
+    assert rsp.results[0].message.startswith("input.handler: unknown handler 'gpus'")
+
+
+def test_health_reports_serving(insecure_address):
+    with grpc.insecure_channel(insecure_address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "apiextensions.fn.proto.v1.FunctionRunnerService"):
+            answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_mutual_tls_serves_clients_with_a_certificate_and_refuses_others(tmp_path):
+    client = throwaway_pki(tmp_path)
+    with function_server("--tls-certs-dir", str(tmp_path)) as address:
+        good = grpc.ssl_channel_credentials(client["ca"], client["key"], client["cert"])
+        with grpc.secure_channel(address, good) as channel:
+            wait_ready(channel)
+            rsp = grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=10)
+            assert rsp.results[0].severity == fnv1.SEVERITY_FATAL
+        anonymous = grpc.ssl_channel_credentials(client["ca"])
+        with grpc.secure_channel(address, anonymous) as channel:
+            with pytest.raises(grpc.RpcError) as refused:
+                grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError):
+            grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=5)
+
+
+def test_gpustack_fn_serve_is_the_same_server():
+    from click.testing import CliRunner
+
+    from functions.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0
+    assert "--tls-certs-dir" in result.output and "--max-recv-message-size" in result.output
+    assert "[default: 64]" in result.output
