@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format bench schemas clean
+.PHONY: demo test lint format legacy bench schemas clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -26,6 +26,9 @@ format: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+legacy: $(STAMP)
+	$(BIN)/python tools/legacy.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
