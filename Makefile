@@ -30,6 +30,9 @@ test: lint
 legacy: $(STAMP)
 	$(BIN)/python tools/legacy.py
 
+schemas: $(STAMP)
+	$(BIN)/python tools/schemas.py
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
