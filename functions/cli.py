@@ -47,7 +47,7 @@ def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
     cluster = catalog.Cluster.of((parse_devices(doc) for doc in documents), settings)
     rows = []
     for pool in cluster.pools(settings):
-        spec = catalog.derived_instance_type_spec(pool, cluster)
+        spec = catalog.derived_instance_type_spec(pool, cluster.nodes)
         views = pool_views(pool, cluster.nodes, settings.mixed_on_node)
         rows.append(
             [

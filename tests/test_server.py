@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.support.grpc_server import function_server, throwaway_pki, wait_ready
 
 VALID = "instancetypeflavor"
+HANDLERS = "catalog, devices, instancetype, instancetypeflavor"
 
 
 def request(handler: str | None, kind: str = "InstanceTypeFlavor") -> fnv1.RunFunctionRequest:
@@ -50,7 +51,7 @@ def test_unknown_handler_is_fatal_and_names_the_valid_ones(insecure_address):
     req = request("gpus")
     rsp = call(insecure_address, req)
     assert [(r.severity, r.message) for r in rsp.results] == [
-        (fnv1.SEVERITY_FATAL, f"input.handler: unknown handler 'gpus'; valid handlers: {VALID}")
+        (fnv1.SEVERITY_FATAL, f"input.handler: unknown handler 'gpus'; valid handlers: {HANDLERS}")
     ]
     assert rsp.meta.tag == "tag-1"
     assert rsp.desired == req.desired
@@ -59,7 +60,7 @@ def test_unknown_handler_is_fatal_and_names_the_valid_ones(insecure_address):
 
 def test_missing_handler_and_wrong_input_kind_are_fatal(insecure_address):
     rsp = call(insecure_address, request(None))
-    assert rsp.results[0].message == f"input.handler: is required; set it to one of {VALID}"
+    assert rsp.results[0].message == f"input.handler: is required; set it to one of {HANDLERS}"
     req = request(VALID)
     req.input.update({"kind": "Other"})
     rsp = call(insecure_address, req)

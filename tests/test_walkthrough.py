@@ -30,7 +30,8 @@ def rows(devices: dict[str, dict], settings: Settings = DEFAULT, extra: dict | N
     """{pool name: (entrance, unit, ACCELERATOR column, CPU column)} — the instancetypes table."""
     cluster = cluster_of(devices, settings)
     specs = {
-        pool.name: derived_instance_type_spec(pool, cluster) for pool in cluster.pools(settings)
+        pool.name: derived_instance_type_spec(pool, cluster.nodes)
+        for pool in cluster.pools(settings)
     }
     specs.update(extra or {})
     table = {}
@@ -179,7 +180,8 @@ def existing_types(devices: dict[str, dict], settings: Settings = DEFAULT) -> di
     """The derived InstanceTypes as first composed (they are create-only, so they stay)."""
     cluster = cluster_of(devices, settings)
     return {
-        pool.name: derived_instance_type_spec(pool, cluster) for pool in cluster.pools(settings)
+        pool.name: derived_instance_type_spec(pool, cluster.nodes)
+        for pool in cluster.pools(settings)
     }
 
 

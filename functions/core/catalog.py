@@ -5,10 +5,11 @@ Pure derivations for the catalog handler, the simulator and the demo (reference 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from functions.core import names, presets
+from functions.core import names, presets, quantity
 from functions.core.devices import DevicesSpec
 from functions.core.pools import NodeSummary, PoolKey, pools_of, summarize_devices
 
@@ -17,11 +18,57 @@ DISPLAY_NAME_MAX = 64
 
 @dataclass(frozen=True)
 class Settings:
-    """The Catalog's settings that shape the derivation (DESIGN §3.1, same defaults)."""
+    """The Catalog's settings (DESIGN §3.1), with the same defaults as the XRD."""
 
+    derived_from_node: bool = True
     aware_cpu_manufacturer: bool = False
     mixed_on_node: bool = True
+    drain_when_no_flavors: bool = True
+    overcommit: bool = True
+    privileged_allowed: bool = False
+    host_path_allowed: bool = False
+    persistent_volume_placement: bool = True
     node_management_manual: bool = False
+    workload_fit_affinity: bool = True
+    node_devices_admission_check: bool = False
+    vgpu_entitlement: bool = False
+    system_namespace: str = "gpustack-system"
+    license_namespace: str = "cozy-system"
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> Settings:
+        """Read a Catalog's spec; unset fields keep their defaults."""
+        spec = spec or {}
+        values = {
+            attr: spec[key] for key, attr in SETTING_FIELDS.items() if spec.get(key) is not None
+        }
+        return cls(**values)
+
+    @property
+    def reserved_namespaces(self) -> frozenset[str]:
+        """Namespaces that get no LocalQueue and take no Instance."""
+        return frozenset({self.system_namespace, "kube-system"})
+
+
+SETTING_FIELDS = {
+    "instanceTypeDerivedFromNode": "derived_from_node",
+    "instanceTypeAwareCpuManufacturer": "aware_cpu_manufacturer",
+    "instanceTypeMixedOnNode": "mixed_on_node",
+    "instanceTypeDrainWhenNoFlavors": "drain_when_no_flavors",
+    "instanceGeneralResourcesOvercommit": "overcommit",
+    "instancePrivilegedAllowed": "privileged_allowed",
+    "instanceHostPathVolumeAllowed": "host_path_allowed",
+    "instancePersistentVolumePlacement": "persistent_volume_placement",
+    "nodeManagementManual": "node_management_manual",
+    "workloadFitAffinity": "workload_fit_affinity",
+    "nodeDevicesAdmissionCheck": "node_devices_admission_check",
+    "vgpuEntitlement": "vgpu_entitlement",
+    "systemNamespace": "system_namespace",
+    "licenseNamespace": "license_namespace",
+}
+
+
+DEFAULTS = Settings()
 
 
 @dataclass(frozen=True)
@@ -32,30 +79,35 @@ class Cluster:
     nodes: tuple[NodeSummary, ...]
 
     @classmethod
-    def of(cls, specs: Iterable[DevicesSpec], settings: Settings = Settings()) -> Cluster:
+    def of(cls, specs: Iterable[DevicesSpec], settings: Settings = DEFAULTS) -> Cluster:
         specs = tuple(sorted(specs, key=lambda spec: spec.node))
         nodes = tuple(summarize_devices(spec, settings.node_management_manual) for spec in specs)
         return cls(specs, nodes)
 
-    def pools(self, settings: Settings = Settings()) -> list[PoolKey]:
-        """The derived pools under the current awareness setting, sorted by name."""
-        keys = {
-            pool
-            for node in self.nodes
-            for pool in pools_of(node, settings.aware_cpu_manufacturer, settings.mixed_on_node)
-        }
-        return sorted(keys, key=lambda pool: pool.name)
-
-    def product_of(self, a_key: str) -> tuple[str, str]:
-        """(manufacturer, product) of an accelerator key, from the first node that has it."""
-        for spec in self.specs:
-            group = spec.group(a_key)
-            if group is not None:
-                return group.manufacturer, group.product
-        return a_key.split("-", 1)[0], ""
+    def pools(self, settings: Settings = DEFAULTS) -> list[PoolKey]:
+        return derived_pools(self.nodes, settings)
 
 
-def derived_instance_type_spec(pool: PoolKey, cluster: Cluster) -> dict:
+def product_of(nodes: Iterable[NodeSummary], a_key: str) -> tuple[str, str]:
+    """(manufacturer, product) of an accelerator key, from the first node that has it."""
+    for node in nodes:
+        facts = node.facts.get(a_key)
+        if facts is not None:
+            return facts.manufacturer, facts.product
+    return a_key.split("-", 1)[0], ""
+
+
+def derived_pools(nodes: Iterable[NodeSummary], settings: Settings) -> list[PoolKey]:
+    """The pools the nodes give rise to under the current grouping, sorted by name."""
+    keys = {
+        pool
+        for node in nodes
+        for pool in pools_of(node, settings.aware_cpu_manufacturer, settings.mixed_on_node)
+    }
+    return sorted(keys, key=lambda pool: pool.name)
+
+
+def derived_instance_type_spec(pool: PoolKey, nodes: Iterable[NodeSummary]) -> dict:
     """The spec a derived InstanceType is created with (presets apply at creation only)."""
     spec: dict = {
         "acceleratable": pool.acceleratable,
@@ -65,7 +117,7 @@ def derived_instance_type_spec(pool: PoolKey, cluster: Cluster) -> dict:
         "localStorage": presets.LOCAL_STORAGE,
     }
     if pool.a_key:
-        manufacturer, product = cluster.product_of(pool.a_key)
+        manufacturer, product = product_of(nodes, pool.a_key)
         unit = presets.unit_resources_for(manufacturer, product)
         spec["acceleratorGroup"] = pool.a_key
         spec["displayName"] = product[:DISPLAY_NAME_MAX]
@@ -101,3 +153,50 @@ INSTANCE_TYPE_COLUMNS = [
     "CPU",
     "PHASE",
 ]
+
+
+def catalog_rows(nodes: Iterable[NodeSummary], settings: Settings = DEFAULTS) -> dict[str, dict]:
+    """The InstanceTypeFlavor catalog: one row per pool identity, regrouped by awareness.
+
+    Collapsed (awareness off): `gpustack--generic` and `gpustack--<aKey>`; aware:
+    `gpustack--<gKey>` and `gpustack--<gKey>--<aKey>`. Identity lives in the spec.
+    """
+    aware = settings.aware_cpu_manufacturer
+    rows: dict[str, dict] = {}
+    for node in sorted(nodes, key=lambda n: n.node):
+        if not node.managed:
+            continue
+        g_key = node.g_key if aware else None
+        for a_key, facts in sorted(node.facts.items()):
+            if facts.total_cards == 0:
+                continue
+            row = {
+                "acceleratable": True,
+                "acceleratorGroup": a_key,
+                "manufacturer": facts.manufacturer,
+                "product": names.label_value(facts.product),
+                "family": facts.family,
+                "memory": quantity.format_mebibytes(facts.memory_mib),
+                "cores": str(facts.cores),
+                "sliceable": facts.slice_slots > 0,
+            }
+            if g_key:
+                row["generalGroup"] = g_key
+            rows.setdefault(names.catalog_flavor_name(a_key, g_key), dict(sorted(row.items())))
+        if node.cpu_cores > 0 and (settings.mixed_on_node or not node.accelerated):
+            if g_key:
+                row = {
+                    "acceleratable": False,
+                    "generalGroup": g_key,
+                    "manufacturer": names.cpu_manufacturer(g_key),
+                    "product": node.cpu.model_name,
+                    "family": node.cpu.family,
+                }
+            else:
+                row = {
+                    "acceleratable": False,
+                    "generalGroup": names.GENERIC,
+                    "manufacturer": names.GENERIC,
+                }
+            rows.setdefault(names.catalog_flavor_name(None, g_key), dict(sorted(row.items())))
+    return dict(sorted(rows.items()))

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 from functions.core import labels as L
 from functions.core import names
+from functions.core.ledger import D
 from functions.core.pools import NodeSummary, PoolKey
+from functions.core.quantity import format_decimal
 
 
 @dataclass(frozen=True)
@@ -104,3 +106,30 @@ def derive_flavors(nodes: Iterable[NodeSummary], mixed_on_node: bool = True) -> 
 def queue_flavors(pool: PoolKey, flavors: Iterable[Flavor]) -> list[Flavor]:
     """The flavors a pool's ClusterQueue lists, small nodes first (then by name, for stability)."""
     return sorted((f for f in flavors if f.serves(pool)), key=lambda f: (f.count, f.name))
+
+
+MAX_FLAVORS_PER_GROUP = 16
+
+
+def resource_groups(pool: PoolKey, flavors: Iterable[Flavor], manufacturer: str = "") -> list[dict]:
+    """The ClusterQueue's resource groups: `cpu` cores, or the manufacturer's credits.
+
+    One entry per flavor, small nodes first, at most 16 flavors per group (then another group
+    covering the same resource); nominal quota = capacity cores, or capacity × 1,600,000 credits.
+    """
+    if pool.acceleratable:
+        resource, unit = f"credits.gpustack.ai/{manufacturer}", D
+    else:
+        resource, unit = "cpu", 1
+    entries = [
+        {
+            "name": f.name,
+            "resources": [{"name": resource, "nominalQuota": format_decimal(f.capacity * unit)}],
+        }
+        for f in queue_flavors(pool, flavors)
+        if f.capacity > 0
+    ]
+    return [
+        {"coveredResources": [resource], "flavors": entries[i : i + MAX_FLAVORS_PER_GROUP]}
+        for i in range(0, len(entries), MAX_FLAVORS_PER_GROUP)
+    ]

@@ -98,3 +98,21 @@ def devices_labels(spec: DevicesSpec, managed: bool | None = None) -> dict[str, 
     for group in spec.groups:
         labels[accelerator_key_label(group.key)] = TRUE
     return labels
+
+
+def pool_labels(os: str, arch: str, a_key: str | None, g_key: str | None) -> dict[str, str]:
+    """The schedule labels of a pool (its ClusterQueue and InstanceType carry them).
+
+    The CPU key appears only on a CPU-aware pool: a collapsed pool aggregates every CPU.
+    """
+    labels = {ACCELERATABLE: boolean(a_key is not None)}
+    if os:
+        labels[OS] = os
+    if arch:
+        labels[ARCH] = arch
+    if a_key:
+        labels[accelerator_key_label(a_key)] = TRUE
+    if g_key and g_key != names.GENERIC:
+        labels[general_key_label(g_key)] = TRUE
+    labels["resource.gpustack.ai/type"] = "instancetypes"
+    return labels

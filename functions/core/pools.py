@@ -12,8 +12,62 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from functions.core import names
-from functions.core.devices import DevicesSpec
-from functions.core.ledger import SHARES_PER_CARD, GroupSummary, build_ledger, summarize_node
+from functions.core.devices import AcceleratorGroup, Cpu, DevicesSpec
+from functions.core.ledger import (
+    LOGICAL_SLICE_SLOTS,
+    SHARES_PER_CARD,
+    GroupSummary,
+    NodeLedger,
+    build_ledger,
+    summarize_node,
+)
+
+
+@dataclass(frozen=True)
+class ProfileFacts:
+    name: str
+    memory_mib: int
+    count: int  # the most instances of it one card holds
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    """What the cards of one model on a node are: the pool's status detail is made of these."""
+
+    manufacturer: str
+    product: str
+    memory_mib: int
+    cores: int = 0
+    compute_capability: str = ""
+    family: str = ""
+    driver_version: str = ""
+    runtime_version: str = ""
+    total_cards: int = 0
+    slice_slots: int = 0  # per logically sliceable card
+    profiles: tuple[ProfileFacts, ...] = ()
+
+    @classmethod
+    def of(cls, group: AcceleratorGroup) -> GroupFacts:
+        profiles = {p.name: p for card in group.devices if card.partitioned for p in card.profiles}
+        logical = any(not card.partitioned for card in group.devices)
+        return cls(
+            manufacturer=group.manufacturer,
+            product=group.product,
+            memory_mib=group.memory_mib,
+            cores=group.cores,
+            compute_capability=group.compute_capability,
+            family=group.family,
+            driver_version=group.driver_version,
+            runtime_version=group.runtime_version,
+            total_cards=len(group.devices),
+            slice_slots=LOGICAL_SLICE_SLOTS.get(group.manufacturer, 16) if logical else 0,
+            profiles=tuple(
+                ProfileFacts(p.name, p.memory_mib, p.max_count)
+                for p in sorted(
+                    profiles.values(), key=lambda p: (p.memory_slices, p.compute_slices, p.name)
+                )
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -27,14 +81,22 @@ class NodeSummary:
     managed: bool
     cpu_cores: int
     groups: Mapping[str, GroupSummary] = field(default_factory=dict)
-    group_cards: Mapping[str, int] = field(default_factory=dict)  # every card, MIG ones too
+    facts: Mapping[str, GroupFacts] = field(default_factory=dict)
+    cpu: Cpu = field(default_factory=Cpu)
+
+    @property
+    def group_cards(self) -> dict[str, int]:
+        """Cards per accelerator key, MIG cards included."""
+        return {key: facts.total_cards for key, facts in self.facts.items()}
 
     @property
     def accelerated(self) -> bool:
-        return any(self.group_cards.values())
+        return any(facts.total_cards for facts in self.facts.values())
 
 
-def summarize_devices(spec: DevicesSpec, node_management_manual: bool = False) -> NodeSummary:
+def summarize_devices(
+    spec: DevicesSpec, node_management_manual: bool = False, ledger: NodeLedger | None = None
+) -> NodeSummary:
     return NodeSummary(
         node=spec.node,
         os=spec.os,
@@ -42,8 +104,9 @@ def summarize_devices(spec: DevicesSpec, node_management_manual: bool = False) -
         g_key=spec.g_key,
         managed=spec.is_managed(node_management_manual),
         cpu_cores=spec.cpu.cores,
-        groups=summarize_node(build_ledger(spec)),
-        group_cards={group.key: len(group.devices) for group in spec.groups},
+        groups=summarize_node(ledger or build_ledger(spec)),
+        facts={group.key: GroupFacts.of(group) for group in spec.groups},
+        cpu=spec.cpu,
     )
 
 
@@ -204,7 +267,8 @@ class PoolViews:
     accelerators: AcceleratorViews
     cpu: View
     nodes: tuple[str, ...]
-    largest_node_cards: int = 0
+    largest_node_cards: int = 0  # the whole-card request bound
+    largest_node_cores: int = 0  # the CPU request bound of a CPU pool
 
 
 def pool_views(
@@ -222,4 +286,5 @@ def pool_views(
         largest = max((n.group_cards[pool.a_key] for n in covered), default=0)
         return PoolViews(accelerator_views(summaries, draining), View(), node_names, largest)
     cpu = View() if draining else cpu_view((n.cpu_cores for n in covered), reserved_cpu)
-    return PoolViews(AcceleratorViews(), cpu, node_names)
+    largest = max((n.cpu_cores for n in covered), default=0)
+    return PoolViews(AcceleratorViews(), cpu, node_names, largest_node_cores=largest)

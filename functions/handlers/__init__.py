@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 from functions.frame import Handler
+from functions.handlers.catalog import CatalogHandler
+from functions.handlers.devices import DevicesHandler
+from functions.handlers.instancetype import InstanceTypeHandler
 from functions.handlers.instancetypeflavor import InstanceTypeFlavorHandler
 
-HANDLERS: dict[str, Handler] = {handler.name: handler for handler in (InstanceTypeFlavorHandler(),)}
+HANDLERS: dict[str, Handler] = {
+    handler.name: handler
+    for handler in (
+        CatalogHandler(),
+        DevicesHandler(),
+        InstanceTypeHandler(),
+        InstanceTypeFlavorHandler(),
+    )
+}
