@@ -125,6 +125,8 @@ def test_every_example_validates(path):
     for doc in documents(path):
         if doc["apiVersion"].startswith("pkg.crossplane.io/"):
             assert schemas.validate_upstream(doc) == []
+        elif doc["apiVersion"] == "v1":
+            assert schemas.validate_core(doc) == []
         else:
             assert validate_xr(doc) == [], f"{doc['kind']} {doc['metadata']['name']}"
             if doc["kind"] in ("Instance", "InstancePersistentVolume"):  # and as a legacy claim

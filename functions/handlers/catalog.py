@@ -55,9 +55,7 @@ class CatalogHandler(Handler):
         nodes = [node_summary(d, settings) for d in request.required("devices") or []]
         flavors = derive_flavors(nodes, settings.mixed_on_node)
         for flavor in flavors:
-            out.compose(
-                f"flavor-{flavor.name}", resource_flavor(flavor, nodes, settings), ready=True
-            )
+            out.compose(f"flavor-{flavor.name}", resource_flavor(flavor, nodes), ready=True)
         pools = derived_pools(nodes, settings)
         if settings.derived_from_node:
             self.compose_instance_types(request, out, pools, nodes)
@@ -128,7 +126,7 @@ def instance_type(pool: PoolKey, spec: dict, name: str | None = None) -> dict:
     }
 
 
-def resource_flavor(flavor: Flavor, nodes: list[NodeSummary], settings: Settings) -> dict:
+def resource_flavor(flavor: Flavor, nodes: list[NodeSummary]) -> dict:
     first = next(n for n in nodes if n.node == flavor.nodes[0])
     notes = {"acceleratable": labels.boolean(flavor.acceleratable), "generalGroup": flavor.g_key}
     if flavor.a_key:
@@ -148,7 +146,7 @@ def resource_flavor(flavor: Flavor, nodes: list[NodeSummary], settings: Settings
             "product": first.cpu.model_name,
             "family": first.cpu.family,
         }
-    if not flavor.a_key or settings.aware_cpu_manufacturer:
+    if not flavor.a_key:  # never by setting: flavors stay byte-for-byte across an awareness flip
         cpu = {
             "vendor": first.cpu.vendor,
             "modelName": first.cpu.model_name,

@@ -1,0 +1,118 @@
+"""The classic render loop, as `crossplane render` and Crossplane's FetchingFunctionRunner run it.
+
+Call the function; if it returned no Fatal result and asked for something new, fulfil the
+requirements from a pool of objects (matching apiVersion and kind, then name or labels) and
+call again; stop when the requirements are stable, at most 6 calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+MAX_ITERATIONS = 5
+CAPABILITIES = (
+    fnv1.CAPABILITY_CAPABILITIES,
+    fnv1.CAPABILITY_REQUIRED_RESOURCES,
+    fnv1.CAPABILITY_CREDENTIALS,
+    fnv1.CAPABILITY_CONDITIONS,
+    fnv1.CAPABILITY_REQUIRED_SCHEMAS,
+)
+
+Runner = Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse]
+
+
+class RequirementsUnstable(RuntimeError):
+    pass
+
+
+def matches(selector: fnv1.ResourceSelector, obj: Mapping[str, Any]) -> bool:
+    if obj.get("apiVersion") != selector.api_version or obj.get("kind") != selector.kind:
+        return False
+    metadata = obj.get("metadata") or {}
+    if selector.HasField("namespace") and metadata.get("namespace", "") != selector.namespace:
+        return False
+    if selector.WhichOneof("match") == "match_name":
+        return metadata.get("name") == selector.match_name
+    if selector.WhichOneof("match") == "match_labels":
+        labels = metadata.get("labels") or {}
+        return all(labels.get(k) == v for k, v in selector.match_labels.labels.items())
+    return True
+
+
+def fulfil(selector: fnv1.ResourceSelector, objects: Iterable[Mapping[str, Any]]) -> fnv1.Resources:
+    found = sorted(
+        (obj for obj in objects if matches(selector, obj)),
+        key=lambda o: ((o.get("metadata") or {}).get("namespace", ""), o["metadata"]["name"]),
+    )
+    if selector.WhichOneof("match") == "match_name":
+        found = found[:1]
+    return fnv1.Resources(
+        items=[fnv1.Resource(resource=resource.dict_to_struct(dict(o))) for o in found]
+    )
+
+
+def request(
+    composite: Mapping[str, Any],
+    observed: Mapping[str, Mapping[str, Any]],
+    step_input: Mapping[str, Any],
+    desired: fnv1.State | None = None,
+    context: Any = None,
+) -> fnv1.RunFunctionRequest:
+    req = fnv1.RunFunctionRequest()
+    req.meta.capabilities.extend(CAPABILITIES)
+    req.observed.composite.resource.update(dict(composite))
+    for name, obj in sorted(observed.items()):
+        req.observed.resources[name].resource.update(dict(obj))
+    if desired is not None:
+        req.desired.CopyFrom(desired)
+    req.input.update(dict(step_input))
+    if context is not None:
+        req.context.CopyFrom(context)
+    return req
+
+
+def run_step(
+    run: Runner, req: fnv1.RunFunctionRequest, objects: Iterable[Mapping[str, Any]]
+) -> fnv1.RunFunctionResponse:
+    """One pipeline step with its requirements loop; returns the final response."""
+    objects = list(objects)
+    previous = None
+    for _ in range(MAX_ITERATIONS + 1):
+        rsp = run(req)
+        if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+            return rsp
+        if previous is not None and rsp.requirements == previous:
+            return rsp
+        previous = rsp.requirements
+        for name, selector in rsp.requirements.resources.items():
+            req.required_resources[name].CopyFrom(fulfil(selector, objects))
+        if rsp.HasField("context"):
+            req.context.CopyFrom(rsp.context)
+    raise RequirementsUnstable(
+        f"requirements didn't stabilize after the maximum number of iterations ({MAX_ITERATIONS})"
+    )
+
+
+def run_pipeline(
+    run: Runner,
+    composition: Mapping[str, Any],
+    composite: Mapping[str, Any],
+    observed: Mapping[str, Mapping[str, Any]],
+    objects: Iterable[Mapping[str, Any]],
+) -> tuple[fnv1.RunFunctionResponse, list[fnv1.Result]]:
+    """Run every step of a pipeline Composition; a Fatal result stops it there."""
+    objects = list(objects)
+    desired, context, results = None, None, []
+    rsp = fnv1.RunFunctionResponse()
+    for step in composition["spec"]["pipeline"]:
+        req = request(composite, observed, step.get("input", {}), desired, context)
+        rsp = run_step(run, req, objects)
+        results.extend(rsp.results)
+        if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+            break
+        desired, context = rsp.desired, rsp.context
+    return rsp, results
