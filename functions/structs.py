@@ -17,16 +17,16 @@ _MISSING = object()
 
 
 def _unwrap(value: struct_pb2.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "struct_value":
-        return View(value.struct_value)
-    if kind == "list_value":
-        return ListView(value.list_value)
+    kind = value.WhichOneof("kind")  # most frequent kinds first: this is the hot path
     if kind == "number_value":
         number = value.number_value
         return int(number) if number.is_integer() else number
     if kind == "string_value":
         return value.string_value
+    if kind == "struct_value":
+        return View(value.struct_value)
+    if kind == "list_value":
+        return ListView(value.list_value)
     if kind == "bool_value":
         return value.bool_value
     return None
@@ -41,6 +41,10 @@ class View:
         self.struct = struct if struct is not None else struct_pb2.Struct()
 
     def get(self, *path: str, default: Any = None) -> Any:
+        if len(path) == 1:  # the common case, without the walk
+            value = self.struct.fields.get(path[0])
+            node = _unwrap(value) if value is not None else None
+            return default if node is None else node
         node: Any = self
         for key in path:
             if not isinstance(node, View):

@@ -168,7 +168,7 @@ def catalog_rows(nodes: Iterable[NodeSummary], settings: Settings = DEFAULTS) ->
             continue
         g_key = node.g_key if aware else None
         for a_key, facts in sorted(node.facts.items()):
-            if facts.total_cards == 0:
+            if node.group_cards.get(a_key, 0) == 0:
                 continue
             row = {
                 "acceleratable": True,

@@ -245,6 +245,7 @@ def build_ledger(spec: DevicesSpec) -> NodeLedger:
 class GroupSummary:
     """One node's contribution to every view of the pools its cards belong to."""
 
+    total_cards: int = 0  # every card of the model, MIG ones too
     cards: int = 0  # unpartitioned cards
     free_cards: int = 0
     free_shares: int = 0
@@ -262,6 +263,7 @@ class GroupSummary:
 def summarize(cards: Iterable[CardLedger]) -> GroupSummary:
     counts = dict.fromkeys(
         (
+            "total_cards",
             "cards",
             "free_cards",
             "free_shares",
@@ -278,6 +280,7 @@ def summarize(cards: Iterable[CardLedger]) -> GroupSummary:
     allocated: dict[str, int] = {}
     remaining: dict[str, int] = {}
     for card in cards:
+        counts["total_cards"] += 1
         if card.partitioned:
             card_remaining = card.remaining_profiles() if card.healthy else {}
             counts["partition_capacity"] += mig.capacity(card.profiles)

@@ -8,7 +8,8 @@ summaries; pools never walk cards.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from functions.core import names
@@ -42,7 +43,6 @@ class GroupFacts:
     family: str = ""
     driver_version: str = ""
     runtime_version: str = ""
-    total_cards: int = 0
     slice_slots: int = 0  # per logically sliceable card
     profiles: tuple[ProfileFacts, ...] = ()
 
@@ -59,7 +59,6 @@ class GroupFacts:
             family=group.family,
             driver_version=group.driver_version,
             runtime_version=group.runtime_version,
-            total_cards=len(group.devices),
             slice_slots=LOGICAL_SLICE_SLOTS.get(group.manufacturer, 16) if logical else 0,
             profiles=tuple(
                 ProfileFacts(p.name, p.memory_mib, p.max_count)
@@ -72,7 +71,11 @@ class GroupFacts:
 
 @dataclass(frozen=True)
 class NodeSummary:
-    """What a pool needs to know about one node, precomputed once per Devices object."""
+    """What a pool needs to know about one node, precomputed once per Devices object.
+
+    `facts` and `cpu` describe the hardware; pools need them from a node or two only, so a
+    summary read back from a status may load them lazily (`load_details`).
+    """
 
     node: str
     os: str
@@ -81,17 +84,30 @@ class NodeSummary:
     managed: bool
     cpu_cores: int
     groups: Mapping[str, GroupSummary] = field(default_factory=dict)
-    facts: Mapping[str, GroupFacts] = field(default_factory=dict)
-    cpu: Cpu = field(default_factory=Cpu)
+    load_details: Callable[[], tuple[Mapping[str, GroupFacts], Cpu]] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    @functools.cached_property
+    def _details(self) -> tuple[Mapping[str, GroupFacts], Cpu]:
+        return self.load_details() if self.load_details else ({}, Cpu())
+
+    @property
+    def facts(self) -> Mapping[str, GroupFacts]:
+        return self._details[0]
+
+    @property
+    def cpu(self) -> Cpu:
+        return self._details[1]
 
     @property
     def group_cards(self) -> dict[str, int]:
         """Cards per accelerator key, MIG cards included."""
-        return {key: facts.total_cards for key, facts in self.facts.items()}
+        return {key: group.total_cards for key, group in self.groups.items()}
 
     @property
     def accelerated(self) -> bool:
-        return any(facts.total_cards for facts in self.facts.values())
+        return any(group.total_cards for group in self.groups.values())
 
 
 def summarize_devices(
@@ -105,8 +121,7 @@ def summarize_devices(
         managed=spec.is_managed(node_management_manual),
         cpu_cores=spec.cpu.cores,
         groups=summarize_node(ledger or build_ledger(spec)),
-        facts={group.key: GroupFacts.of(group) for group in spec.groups},
-        cpu=spec.cpu,
+        load_details=lambda: ({group.key: GroupFacts.of(group) for group in spec.groups}, spec.cpu),
     )
 
 

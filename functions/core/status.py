@@ -47,7 +47,8 @@ def ledger_status(ledger: NodeLedger) -> list[dict[str, Any]]:
     return groups
 
 
-_SUMMARY_FIELDS = {
+_COUNT_FIELDS = {
+    "total_cards": "totalCards",
     "cards": "cards",
     "free_cards": "freeCards",
     "free_shares": "freeShares",
@@ -68,7 +69,6 @@ _FACT_FIELDS = {
     "family": "family",
     "driver_version": "driverVersion",
     "runtime_version": "runtimeVersion",
-    "total_cards": "totalCards",
     "slice_slots": "sliceSlots",
 }
 
@@ -79,7 +79,7 @@ def summary_status(summary: NodeSummary) -> dict[str, Any]:
         facts, counts = summary.facts[key], summary.groups.get(key, GroupSummary())
         row: dict[str, Any] = {"key": key}
         row.update({camel: getattr(facts, attr) for attr, camel in _FACT_FIELDS.items()})
-        row.update({camel: getattr(counts, attr) for attr, camel in _SUMMARY_FIELDS.items()})
+        row.update({camel: getattr(counts, attr) for attr, camel in _COUNT_FIELDS.items()})
         if facts.profiles:
             row["profiles"] = [
                 {"name": p.name, "memoryMiB": p.memory_mib, "count": p.count}
@@ -109,55 +109,66 @@ def summary_status(summary: NodeSummary) -> dict[str, Any]:
 def display(summary: NodeSummary) -> str:
     """`nvidia-a10g 1/1` — free over total cards per model; `-` for a CPU-only node."""
     parts = [
-        f"{key} {summary.groups[key].free_cards}/{facts.total_cards}"
-        for key, facts in sorted(summary.facts.items())
-        if key in summary.groups
+        f"{key} {group.free_cards}/{group.total_cards}" for key, group in sorted(summary.groups.items())
     ]
     return ", ".join(parts) or "-"
 
 
-def summary_from_status(node: str, status: Mapping[str, Any]) -> NodeSummary:
-    """The NodeSummary a devices handler published (the inverse of `summary_status`)."""
-    groups, facts = {}, {}
-    for row in status.get("groups") or []:
-        key = row["key"]
-        groups[key] = GroupSummary(
-            **{attr: int(row.get(camel, 0)) for attr, camel in _SUMMARY_FIELDS.items()},
-            allocated_profiles={
-                p["name"]: int(p["count"]) for p in row.get("allocatedProfiles") or []
-            },
-            remaining_profiles={
-                p["name"]: int(p["count"]) for p in row.get("remainingProfiles") or []
-            },
+def summary_from_status(node: str, status: Any) -> NodeSummary:
+    """The NodeSummary a devices handler published (the inverse of `summary_status`).
+
+    `status` may be a dict or any lazy view with `.get(key)` and `.items()` (the handlers' view
+    over the protobuf Struct): counts are read now, the hardware facts only if asked for.
+    """
+    groups = {}
+    for row in status.get("groups") or ():
+        values = dict(row.items())
+        groups[values["key"]] = GroupSummary(
+            **{attr: int(values.get(camel) or 0) for attr, camel in _COUNT_FIELDS.items()},
+            allocated_profiles=_profile_counts(values.get("allocatedProfiles")),
+            remaining_profiles=_profile_counts(values.get("remainingProfiles")),
         )
-        values = {
-            attr: row.get(camel)
-            for attr, camel in _FACT_FIELDS.items()
-            if row.get(camel) is not None
-        }
-        for attr in ("memory_mib", "cores", "total_cards", "slice_slots"):
-            if attr in values:
-                values[attr] = int(values[attr])
-        profiles = tuple(
-            ProfileFacts(p["name"], int(p["memoryMiB"]), int(p["count"]))
-            for p in row.get("profiles") or []
-        )
-        facts[key] = GroupFacts(**values, profiles=profiles)
-    cpu = status.get("cpu") or {}
+    cores = int(status.get("cpuCores") or 0)
     return NodeSummary(
         node=node,
-        os=status.get("os", ""),
-        arch=status.get("arch", ""),
-        g_key=status.get("generalKey", ""),
+        os=status.get("os") or "",
+        arch=status.get("arch") or "",
+        g_key=status.get("generalKey") or "",
         managed=bool(status.get("managed")),
-        cpu_cores=int(status.get("cpuCores", 0)),
+        cpu_cores=cores,
         groups=groups,
-        facts=facts,
-        cpu=Cpu(
-            vendor=cpu.get("vendor", ""),
-            model_name=cpu.get("modelName", ""),
-            family=str(cpu.get("family", "")),
-            model=str(cpu.get("model", "")),
-            cores=int(status.get("cpuCores", 0)),
-        ),
+        load_details=lambda: (_facts(status), _cpu(status, cores)),
     )
+
+
+def _facts(status: Any) -> dict[str, GroupFacts]:
+    facts = {}
+    for row in status.get("groups") or ():
+        values = dict(row.items())
+        found = {attr: values.get(camel) for attr, camel in _FACT_FIELDS.items()}
+        found = {attr: value for attr, value in found.items() if value is not None}
+        for attr in ("memory_mib", "cores", "total_cards", "slice_slots"):
+            if attr in found:
+                found[attr] = int(found[attr])
+        profiles = tuple(
+            ProfileFacts(p.get("name"), int(p.get("memoryMiB") or 0), int(p.get("count") or 0))
+            for p in values.get("profiles") or ()
+        )
+        facts[values["key"]] = GroupFacts(**found, profiles=profiles)
+    return facts
+
+
+def _cpu(status: Any, cores: int) -> Cpu:
+    cpu = status.get("cpu")
+    read = (lambda key: cpu.get(key) or "") if cpu else (lambda key: "")
+    return Cpu(
+        vendor=read("vendor"),
+        model_name=read("modelName"),
+        family=str(read("family")),
+        model=str(read("model")),
+        cores=cores,
+    )
+
+
+def _profile_counts(rows: Any) -> dict[str, int]:
+    return {row.get("name"): int(row.get("count") or 0) for row in rows or ()}

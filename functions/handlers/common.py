@@ -29,7 +29,7 @@ def node_summary(devices: View, settings: Settings) -> NodeSummary:
     """
     summary = devices.view("status", "summary")
     if summary:
-        return summary_from_status(devices.name, summary.to_dict())
+        return summary_from_status(devices.name, summary)
     try:
         spec = parse_devices(devices.to_dict())
     except SpecError as error:

@@ -223,20 +223,27 @@ def pool_manufacturer(pool: PoolKey, nodes: list[NodeSummary]) -> str:
 
 
 def detail(pool: PoolKey, nodes: list[NodeSummary], covered: tuple[str, ...]) -> dict:
-    """The observed hardware behind the pool (empty while no node backs it)."""
-    members = [n for n in nodes if n.node in covered]
+    """The observed hardware behind the pool (empty while no node backs it).
+
+    Descriptors come from the first covered node; whether the pool slices logically or
+    physically comes from every node's counts (a pool may mix MIG and whole cards).
+    """
+    covered_names = set(covered)
+    members = [n for n in nodes if n.node in covered_names]
     if not members:
         return {}
     if not pool.a_key:
-        first = members[0]
         if pool.g_key is None:
             return {"manufacturer": names.GENERIC}
-        return {"manufacturer": names.cpu_manufacturer(pool.g_key), "product": first.cpu.model_name}
-    facts = [n.facts[pool.a_key] for n in members]
-    first = facts[0]
-    profiles = {p.name: p for f in facts for p in f.profiles}
-    logical = max(f.slice_slots for f in facts)
-    physical = max((p.count for p in profiles.values()), default=0)
+        return {
+            "manufacturer": names.cpu_manufacturer(pool.g_key),
+            "product": members[0].cpu.model_name,
+        }
+    first = members[0].facts[pool.a_key]
+    sliceable = next((n for n in members if n.groups[pool.a_key].logical_cards), None)
+    logical = sliceable.facts[pool.a_key].slice_slots if sliceable else 0
+    partitioned = next((n for n in members if n.groups[pool.a_key].partition_capacity), None)
+    profiles = partitioned.facts[pool.a_key].profiles if partitioned else ()
     return {
         "manufacturer": first.manufacturer,
         "product": names.label_value(first.product),
@@ -248,10 +255,9 @@ def detail(pool: PoolKey, nodes: list[NodeSummary], covered: tuple[str, ...]) ->
         "slicedDetail": {
             "logical": {"count": logical, "coresPercentageOvercommit": logical > 0},
             "physical": {
-                "count": physical,
+                "count": max((p.count for p in profiles), default=0),
                 "profiles": [
-                    {"name": p.name, "count": p.count, "memoryMiB": p.memory_mib}
-                    for p in sorted(profiles.values(), key=lambda p: p.memory_mib)
+                    {"name": p.name, "count": p.count, "memoryMiB": p.memory_mib} for p in profiles
                 ],
             },
         },
