@@ -464,3 +464,23 @@ def test_the_same_through_real_grpc():
     in_process.reconcile()
     assert over_grpc.objects == in_process.objects
     assert views(over_grpc) == AWARE_ROWS | INITIAL
+
+
+def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work(world):
+    world.get("ClusterQueue", A10G)["status"]["admittedWorkloads"] = 1  # a Pod is running there
+    world.patch("Devices", "node-a10g", {"managed": False})
+    world.reconcile()
+    assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "HoldAndDrain"
+    status = world.get("InstanceType", A10G)["status"]
+    assert (status["phase"], status["phaseMessage"]) == (
+        "Draining",
+        "cluster queue is draining its workloads",
+    )
+    assert status["display"]["accelerator"] == "0/0 0/0 0/0 0/0"
+    world.get("ClusterQueue", A10G)["status"]["admittedWorkloads"] = 0  # drained
+    world.reconcile()
+    assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "None"
+    world.patch("Catalog", "default", {"instanceTypeDrainWhenNoFlavors": False})
+    world.get("ClusterQueue", A10G)["status"]["admittedWorkloads"] = 1
+    world.reconcile()
+    assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "None"

@@ -109,7 +109,8 @@ def summary_status(summary: NodeSummary) -> dict[str, Any]:
 def display(summary: NodeSummary) -> str:
     """`nvidia-a10g 1/1` — free over total cards per model; `-` for a CPU-only node."""
     parts = [
-        f"{key} {group.free_cards}/{group.total_cards}" for key, group in sorted(summary.groups.items())
+        f"{key} {group.free_cards}/{group.total_cards}"
+        for key, group in sorted(summary.groups.items())
     ]
     return ", ".join(parts) or "-"
 
