@@ -20,7 +20,7 @@ import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions import render
+from functions import render, standins
 from functions.core.catalog import kubectl_table
 from functions.server import run_function
 
@@ -108,6 +108,7 @@ class World:
                 if key in self.objects and key[0] in self.compositions:
                     self.reconcile_composite(key)
             self.run_kueue()
+            standins.run_cluster(self)
             if self._snapshot() == before:
                 return rounds
         raise RuntimeError(f"the world did not settle in {MAX_ROUNDS} rounds")

@@ -24,6 +24,7 @@ def cluster(run=None) -> World:
     world = world_from(
         [
             WALKTHROUGH / "devices.yaml",
+            WALKTHROUGH / "nodes.yaml",
             WALKTHROUGH / "namespaces.yaml",
             WALKTHROUGH / "catalog.yaml",
         ],
@@ -467,20 +468,33 @@ def test_the_same_through_real_grpc():
 
 
 def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work(world):
-    world.get("ClusterQueue", A10G)["status"]["admittedWorkloads"] = 1  # a Pod is running there
+    running = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "training",
+            "namespace": "default",
+            "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"},
+        },
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    world.apply(running)
+    world.reconcile()
+    assert world.get("Pod", "training", "default")["spec"]["nodeName"] == "node-a10g"
     world.patch("Devices", "node-a10g", {"managed": False})
     world.reconcile()
     assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "HoldAndDrain"
     status = world.get("InstanceType", A10G)["status"]
-    assert (status["phase"], status["phaseMessage"]) == (
-        "Draining",
-        "cluster queue is draining its workloads",
-    )
+    assert (status["phase"], status["phaseMessage"]) == ("Draining", "cluster queue is draining its workloads")
     assert status["display"]["accelerator"] == "0/0 0/0 0/0 0/0"
-    world.get("ClusterQueue", A10G)["status"]["admittedWorkloads"] = 0  # drained
+    world.delete("Pod", "training", "default")  # Kueue evicts it
     world.reconcile()
     assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "None"
+
+
+def test_without_drain_when_no_flavors_the_queue_stays_open(world):
     world.patch("Catalog", "default", {"instanceTypeDrainWhenNoFlavors": False})
     world.get("ClusterQueue", A10G)["status"]["admittedWorkloads"] = 1
+    world.patch("Devices", "node-a10g", {"managed": False})
     world.reconcile()
     assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "None"

@@ -1,0 +1,270 @@
+"""An Instance's volumes: the shape rules, the host-path gate, and claim placement.
+
+Shape (reference §8.3): every additional volume has an absolute, canonical mountPath that
+duplicates neither another entry nor the workspace, exactly one source, a relative subPath that
+does not climb out, DNS-valid object names and a valid hostPath. The host-path gate (§7.2) is
+judged only when an Instance takes the escape: a mount the observed Pod already holds is covered.
+Placement (§1.4, the walkthrough §6): a bound node-local claim pins the Pod to its node; network
+or ReadWriteMany storage does not; a claim nothing binds composes no Pod.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from functions.core.requests import Refusal
+from functions.structs import View
+
+SOURCES = ("persistent", "configMap", "secret", "hostPath")
+HOST_PATH_TYPES = (
+    "",
+    "DirectoryOrCreate",
+    "Directory",
+    "FileOrCreate",
+    "File",
+    "Socket",
+    "CharDevice",
+    "BlockDevice",
+)
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+HOST_PATH_GATE = "instanceHostPathVolumeAllowed"
+
+
+def _climbs(path: str) -> bool:
+    return ".." in path.split("/")
+
+
+def clean(path: str) -> str:
+    return posixpath.normpath(path) if path else path
+
+
+def shape_refusals(spec: View) -> list[Refusal]:
+    refusals = []
+    workspace = clean(spec.str("volumeMount") or "/workspace")
+    seen: dict[str, int] = {}
+    for index, volume in enumerate(spec.list("additionalVolumes").views()):
+        at = f"spec.additionalVolumes[{index}]"
+        mount = volume.str("mountPath")
+        if not mount.startswith("/"):
+            refusals.append(Refusal(f"{at}.mountPath", f"must be an absolute path, got {mount!r}"))
+        else:
+            path = clean(mount)
+            if path == workspace:
+                refusals.append(
+                    Refusal(
+                        f"{at}.mountPath",
+                        f"{path} is the workspace (spec.volumeMount); mount elsewhere",
+                    )
+                )
+            elif path in seen:
+                refusals.append(
+                    Refusal(
+                        f"{at}.mountPath",
+                        f"{path} duplicates spec.additionalVolumes[{seen[path]}].mountPath",
+                    )
+                )
+            seen.setdefault(path, index)
+        sources = [s for s in SOURCES if volume.has(s)]
+        if len(sources) != 1:
+            refusals.append(
+                Refusal(
+                    at,
+                    f"exactly one of persistent, configMap, secret or hostPath must be set, got {len(sources)}",
+                )
+            )
+        sub_path = volume.str("subPath")
+        if sub_path and (sub_path.startswith("/") or _climbs(sub_path)):
+            refusals.append(
+                Refusal(
+                    f"{at}.subPath",
+                    f"must be a relative path that stays inside the volume, got {sub_path!r}",
+                )
+            )
+        for source in ("persistent", "configMap", "secret"):
+            if volume.has(source):
+                name = volume.str(source, "name")
+                if not (name and len(name) <= 253 and _DNS_SUBDOMAIN.match(name)):
+                    refusals.append(
+                        Refusal(
+                            f"{at}.{source}.name",
+                            f"must be a DNS-1123 name (lowercase letters, digits, '-' and '.'), got {name!r}",
+                        )
+                    )
+        if volume.has("hostPath"):
+            host = volume.str("hostPath", "path")
+            if not host.startswith("/") or _climbs(host):
+                refusals.append(
+                    Refusal(
+                        f"{at}.hostPath.path",
+                        f"must be an absolute path without '..', got {host!r}",
+                    )
+                )
+            kind = volume.str("hostPath", "type")
+            if kind not in HOST_PATH_TYPES:
+                refusals.append(
+                    Refusal(
+                        f"{at}.hostPath.type",
+                        f"must be one of {', '.join(t for t in HOST_PATH_TYPES if t)}, got {kind!r}",
+                    )
+                )
+    return refusals
+
+
+@dataclass(frozen=True)
+class HostMount:
+    path: str
+    type: str
+    sub_path: str
+    read_only: bool
+
+    def covers(self, other: HostMount) -> bool:
+        """A held mount covers the same host path, at the same or a deeper sub-path, no wider."""
+        if (clean(self.path), self.type) != (clean(other.path), other.type):
+            return False
+        if self.read_only and not other.read_only:
+            return False
+        held, wanted = _segments(self.sub_path), _segments(other.sub_path)
+        return wanted[: len(held)] == held
+
+
+def _segments(path: str) -> list[str]:
+    return [part for part in clean(path).split("/") if part and part != "."] if path else []
+
+
+def wanted_host_mounts(spec: View) -> Iterable[tuple[int, HostMount]]:
+    for index, volume in enumerate(spec.list("additionalVolumes").views()):
+        if volume.has("hostPath"):
+            yield (
+                index,
+                HostMount(
+                    volume.str("hostPath", "path"),
+                    volume.str("hostPath", "type"),
+                    volume.str("subPath"),
+                    volume.bool("readOnly"),
+                ),
+            )
+
+
+def held_host_mounts(pod: View | None) -> list[HostMount]:
+    """The host paths an observed Pod already mounts into `main`."""
+    if pod is None:
+        return []
+    host_paths = {
+        v.str("name"): v.view("hostPath")
+        for v in pod.list("spec", "volumes").views()
+        if v.has("hostPath")
+    }
+    held = []
+    for container in pod.list("spec", "containers").views():
+        if container.str("name") != "main":
+            continue
+        for mount in container.list("volumeMounts").views():
+            source = host_paths.get(mount.str("name"))
+            if source is not None:
+                held.append(
+                    HostMount(
+                        source.str("path"),
+                        source.str("type"),
+                        mount.str("subPath"),
+                        mount.bool("readOnly"),
+                    )
+                )
+    return held
+
+
+def host_path_refusals(spec: View, allowed: bool, pod: View | None) -> list[Refusal]:
+    if allowed:
+        return []
+    held = held_host_mounts(pod)
+    return [
+        Refusal(
+            f"spec.additionalVolumes[{index}].hostPath",
+            f'mounting a host path is not allowed: enable the Catalog\'s "{HOST_PATH_GATE}" setting to allow it',
+            "HostPathNotAllowed",
+        )
+        for index, wanted in wanted_host_mounts(spec)
+        if not any(mount.covers(wanted) for mount in held)
+    ]
+
+
+def claims(spec: View) -> list[tuple[str, str]]:
+    """(field, claim name) of every persistent volume the Instance mounts, workspace first."""
+    found = []
+    if spec.has("volume", "persistent"):
+        found.append(("spec.volume.persistent", spec.str("volume", "persistent", "name")))
+    for index, volume in enumerate(spec.list("additionalVolumes").views()):
+        if volume.has("persistent"):
+            found.append(
+                (f"spec.additionalVolumes[{index}].persistent", volume.str("persistent", "name"))
+            )
+    return found
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str | None = None  # the node a local claim pins the Pod to
+    waiting: str = ""  # why no Pod can be composed yet
+
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def placement(
+    wanted: list[tuple[str, str]],
+    pvcs: list[View] | None,
+    volumes: list[View] | None,
+    classes: list[View] | None,
+) -> Placement:
+    """Where the claims let the Pod run: a local volume's node, or anywhere; or not yet."""
+    if not wanted:
+        return Placement()
+    if pvcs is None or volumes is None or classes is None:
+        return Placement(waiting="reading the persistent volume claims")
+    by_name = {pvc.name: pvc for pvc in pvcs}
+    pv_by_name = {pv.name: pv for pv in volumes}
+    wait_for_consumer = {
+        c.name for c in classes if c.str("volumeBindingMode") == "WaitForFirstConsumer"
+    }
+    node = None
+    for field, name in wanted:
+        pvc = by_name.get(name)
+        if pvc is None:
+            return Placement(waiting=f"{field}: persistent volume claim {name} does not exist yet")
+        if pvc.str("status", "phase") != "Bound":
+            if pvc.str("spec", "storageClassName") in wait_for_consumer:
+                continue  # the scheduler binds it with the Pod
+            return Placement(
+                waiting=f"{field}: persistent volume claim {name} is not bound yet; the Instance starts once it is"
+            )
+        pv = pv_by_name.get(pvc.str("spec", "volumeName"))
+        local = _local_node(pv) if pv is not None else None
+        if local is None:
+            continue
+        if node is not None and node != local:
+            return Placement(
+                waiting=f"{field}: claim {name} is local to node {local}, another claim to node {node}"
+            )
+        node = local
+    return Placement(node=node)
+
+
+def _local_node(pv: View) -> str | None:
+    """The one node a ReadWriteOnce volume is confined to, if its node affinity names one."""
+    modes = set(pv.list("spec", "accessModes"))
+    if modes & {"ReadWriteMany", "ReadOnlyMany"}:
+        return None
+    terms = list(pv.list("spec", "nodeAffinity", "required", "nodeSelectorTerms").views())
+    if len(terms) != 1:
+        return None
+    for expression in terms[0].list("matchExpressions").views():
+        values = list(expression.list("values"))
+        if (
+            expression.str("key") == HOSTNAME
+            and expression.str("operator") == "In"
+            and len(values) == 1
+        ):
+            return values[0]
+    return None

@@ -1,0 +1,460 @@
+"""Instances through the instance handler, in the simulated cluster (seed 000 §3–§6).
+
+Kueue admits by credits, the scheduler and device plugin place on cards the core ledger says
+can take the request, and the agent reports the allocation back into Devices — so the
+InstanceType rows move exactly as the walkthrough's do."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from functions.simulate import World, load_documents, world_from
+from tests.support import schemas
+from tests.support.schemas import ROOT
+
+WALKTHROUGH = ROOT / "examples" / "walkthrough"
+A10G, T4 = "gpustack--nvidia-a10g-linux-amd64", "gpustack--nvidia-tesla-t4-linux-amd64"
+AWARE_A10G = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"
+INITIAL_A10G, INITIAL_T4 = "1/1 1/10 100/100 0/0", "4/5 4/50 100/500 0/0"
+HOST_PATH_MESSAGE = (
+    "spec.additionalVolumes[2].hostPath: mounting a host path is not allowed: enable the Catalog's "
+    '"instanceHostPathVolumeAllowed" setting to allow it'
+)
+
+
+def example(name: str) -> dict:
+    return load_documents(WALKTHROUGH / name)[0]
+
+
+@pytest.fixture
+def world() -> World:
+    world = world_from(
+        [
+            WALKTHROUGH / "devices.yaml",
+            WALKTHROUGH / "nodes.yaml",
+            WALKTHROUGH / "namespaces.yaml",
+            WALKTHROUGH / "storage.yaml",
+            WALKTHROUGH / "catalog.yaml",
+            WALKTHROUGH / "instancepersistentvolume-datasets.yaml",
+        ]
+    )
+    world.reconcile()
+    return world
+
+
+def accelerators(world: World, pool: str) -> str:
+    return world.get("InstanceType", pool)["status"]["display"]["accelerator"]
+
+
+def instance(world: World, name: str) -> dict:
+    return world.get("Instance", name, "default")
+
+
+def condition(obj: dict, type_: str) -> dict:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
+
+
+def run(world: World, *instances: dict) -> None:
+    world.apply(*instances)
+    world.reconcile()
+
+
+def test_section_3_the_sliced_demo_pod_and_the_a10g_row(world):
+    run(world, example("instance-sliced-demo.yaml"))
+    pod = world.get("Pod", "sliced-demo", "default")
+    assert (
+        pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpustack-fnv64-c4680bb149644f1c"
+    )
+    main = pod["spec"]["containers"][0]
+    assert main["name"] == "main" and main["command"] == ["sleep", "86400"]
+    for shape in ("requests", "limits"):
+        keys = {k: v for k, v in main["resources"][shape].items() if k.startswith("nvidia.com/")}
+        assert keys == {
+            "nvidia.com/gpu.sliced": "1",
+            "nvidia.com/gpu.sliced.memory-percentage": "20",
+            "nvidia.com/gpu.sliced.cores-percentage": "100",
+        }
+    assert main["resources"]["limits"]["cpu"] == "1"
+    assert pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ] == {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {
+                        "key": "sliced-max-free-units.fit.gpustack.ai/nvidia-a10g",
+                        "operator": "Gt",
+                        "values": ["319999"],
+                    }
+                ]
+            }
+        ]
+    }
+    assert "nodeSelector" not in pod["spec"]
+    assert pod["spec"]["volumes"] == [{"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}]
+    assert instance(world, "sliced-demo")["status"]["phase"] == "Ready"
+    assert accelerators(world, A10G) == "0/0 0/0 80/80 0/0"
+    world.delete("Instance", "sliced-demo", "default")
+    world.reconcile()
+    assert world.get("Pod", "sliced-demo", "default") is None
+    assert accelerators(world, A10G) == INITIAL_A10G
+
+
+def test_section_4_a_whole_card_on_the_custom_type_then_the_type_is_deleted(world):
+    run(world, example("instancetype-a10g-12c128g.yaml"), example("instance-custom-demo.yaml"))
+    pod = world.get("Pod", "custom-demo", "default")
+    assert (
+        pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpustack-fnv64-d4c0e6cd72686015"
+    )
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {
+        "cpu": "12",
+        "memory": "128Gi",
+        "ephemeral-storage": "15Gi",
+        "nvidia.com/gpu": "1",
+    }
+    assert instance(world, "custom-demo")["status"]["phase"] == "Ready"
+    assert accelerators(world, "a10g-12c128g") == accelerators(world, A10G) == "0/0 0/0 0/0 0/0"
+
+    world.delete("InstanceType", "a10g-12c128g")
+    world.reconcile()
+    status = instance(world, "custom-demo")["status"]
+    assert status["phase"] == "Stopped"
+    assert status["stoppedGeneration"] == 1
+    assert status["phaseMessage"].startswith(
+        "instance type a10g-12c128g was deleted: the Instance stopped at generation 1"
+    )
+    assert world.get("Pod", "custom-demo", "default") is None
+    assert accelerators(world, A10G) == INITIAL_A10G
+    world.reconcile()  # it stays stopped
+    assert instance(world, "custom-demo")["status"]["phase"] == "Stopped"
+
+
+def test_section_5_repointing_a_stopped_instance_starts_it_on_the_aware_pool(world):
+    run(world, example("instancetype-a10g-12c128g.yaml"), example("instance-custom-demo.yaml"))
+    world.delete("InstanceType", "a10g-12c128g")
+    world.reconcile()
+    world.patch("Catalog", "default", {"instanceTypeAwareCpuManufacturer": True})
+    world.reconcile()
+    world.patch("Instance", "custom-demo", {"type": AWARE_A10G, "stop": False}, "default")
+    world.reconcile()
+    assert instance(world, "custom-demo")["status"]["phase"] == "Ready"
+    assert world.get("Pod", "custom-demo", "default")["metadata"]["labels"][
+        "kueue.x-k8s.io/queue-name"
+    ] == ("gpustack-fnv64-029fd9550e0c70bd")
+    assert accelerators(world, AWARE_A10G) == accelerators(world, A10G) == "0/0 0/0 0/0 0/0"
+
+
+def test_section_6_pinned_demo_is_refused_until_host_paths_are_allowed(world):
+    run(world, example("instance-pinned-demo.yaml"))
+    refused = instance(world, "pinned-demo")
+    assert world.get("Pod", "pinned-demo", "default") is None
+    assert refused["status"]["phase"] == "Refused"
+    assert refused["status"]["phaseMessage"] == HOST_PATH_MESSAGE
+    admitted = condition(refused, "Admitted")
+    assert (admitted["status"], admitted["reason"], admitted["message"]) == (
+        "False",
+        "HostPathNotAllowed",
+        HOST_PATH_MESSAGE,
+    )
+    assert condition(refused, "Ready")["status"] == "False"
+    assert [r.message for r in world.results[("Instance", "default", "pinned-demo")]] == [
+        HOST_PATH_MESSAGE
+    ]
+
+    world.patch("Catalog", "default", {"instanceHostPathVolumeAllowed": True})
+    world.reconcile()
+    pod = world.get("Pod", "pinned-demo", "default")
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-b"}
+    assert pod["spec"]["nodeName"] == "node-t4-b"  # set by the scheduler, never by the handler
+    main = pod["spec"]["containers"][0]
+    assert main["volumeMounts"] == [
+        {"name": "workspace", "mountPath": "/workspace"},
+        {"name": "additional-0", "mountPath": "/mnt/datasets"},
+        {
+            "name": "additional-1",
+            "mountPath": "/etc/model/config.json",
+            "readOnly": True,
+            "subPath": "config.json",
+        },
+        {"name": "additional-2", "mountPath": "/mnt/host-cache", "readOnly": True},
+    ]
+    assert pod["spec"]["volumes"][1:] == [
+        {"name": "additional-0", "persistentVolumeClaim": {"claimName": "datasets"}},
+        {"name": "additional-1", "configMap": {"name": "model-config"}},
+        {
+            "name": "additional-2",
+            "hostPath": {"path": "/var/lib/gpustack-cache", "type": "DirectoryOrCreate"},
+        },
+    ]
+    assert len(pod["spec"]["containers"]) == 1
+    assert instance(world, "pinned-demo")["status"]["nodeName"] == "node-t4-b"
+    assert accelerators(world, T4) == "3/4 3/40 100/400 0/0"
+
+    # Turning the gate off again strands nothing: the running Pod already holds the mount.
+    world.patch("Catalog", "default", {"instanceHostPathVolumeAllowed": False})
+    world.reconcile()
+    assert world.get("Pod", "pinned-demo", "default") == pod
+    assert instance(world, "pinned-demo")["status"]["phase"] == "Ready"
+
+
+def test_privileged_is_a_separate_gate_judged_only_when_taken(world):
+    privileged = copy.deepcopy(example("instance-sliced-demo.yaml"))
+    privileged["spec"]["privileged"] = True
+    world.patch("Catalog", "default", {"instanceHostPathVolumeAllowed": True})
+    run(world, privileged)
+    assert instance(world, "sliced-demo")["status"]["phaseMessage"] == (
+        'spec.privileged: privileged mode is not allowed: enable the Catalog\'s "instancePrivilegedAllowed" setting to allow it'
+    )
+    world.patch("Catalog", "default", {"instancePrivilegedAllowed": True})
+    world.reconcile()
+    assert (
+        world.get("Pod", "sliced-demo", "default")["spec"]["containers"][0]["securityContext"][
+            "privileged"
+        ]
+        is True
+    )
+    world.patch("Catalog", "default", {"instancePrivilegedAllowed": False})
+    world.reconcile()
+    assert world.get("Pod", "sliced-demo", "default") is not None
+    assert instance(world, "sliced-demo")["status"]["phase"] == "Ready"
+
+
+def test_stop_removes_the_pod_and_clearing_it_starts_again(world):
+    run(world, example("instance-sliced-demo.yaml"))
+    world.patch("Instance", "sliced-demo", {"stop": True}, "default")
+    world.reconcile()
+    assert world.get("Pod", "sliced-demo", "default") is None
+    assert instance(world, "sliced-demo")["status"]["phase"] == "Stopped"
+    assert accelerators(world, A10G) == INITIAL_A10G
+    world.patch("Instance", "sliced-demo", {"stop": False}, "default")
+    world.reconcile()
+    assert instance(world, "sliced-demo")["status"]["phase"] == "Ready"
+
+
+def test_ports_get_a_node_port_service(world):
+    served = copy.deepcopy(example("instance-custom-demo.yaml"))
+    served["spec"].update(
+        type=T4,
+        ports=[{"port": 8080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP", "name": "dns"}],
+    )
+    run(world, served)
+    pod = world.get("Pod", "custom-demo", "default")
+    assert pod["spec"]["containers"][0]["ports"] == [
+        {"name": "tcp-8080", "containerPort": 8080, "protocol": "TCP"},
+        {"name": "dns", "containerPort": 53, "protocol": "UDP"},
+    ]
+    service = world.get("Service", "custom-demo", "default")
+    assert service["spec"]["type"] == "NodePort"
+    assert service["spec"]["selector"] == {"worker.gpustack.ai/instance": "custom-demo"}
+    assert [p["name"] for p in service["spec"]["ports"]] == ["tcp-8080", "dns"]
+
+
+def test_the_runtime_class_is_set_only_when_it_exists(world):
+    run(world, example("instance-sliced-demo.yaml"))
+    assert "runtimeClassName" not in world.get("Pod", "sliced-demo", "default")["spec"]
+    world.delete("Instance", "sliced-demo", "default")
+    world.apply(
+        {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"},
+            "handler": "nvidia",
+        }
+    )
+    run(world, example("instance-sliced-demo.yaml"))
+    assert world.get("Pod", "sliced-demo", "default")["spec"]["runtimeClassName"] == "nvidia"
+
+
+def test_a_node_local_claim_pins_the_pod_and_an_unbound_one_composes_nothing(world):
+    local = {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "InstancePersistentVolume",
+        "metadata": {"name": "scratch", "namespace": "default"},
+        "spec": {"type": "local-path", "capacity": "50Gi"},
+    }
+    workload = copy.deepcopy(example("instance-custom-demo.yaml"))
+    workload["spec"].update(type=T4, volume={"persistent": {"name": "scratch"}})
+    run(world, local, workload)
+    assert world.get("Pod", "custom-demo", "default") is None
+    status = instance(world, "custom-demo")["status"]
+    assert status["phase"] == "Starting"
+    assert status["phaseMessage"] == (
+        "spec.volume.persistent: persistent volume claim scratch is not bound yet; the Instance starts once it is"
+    )
+    world.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": "local-scratch"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "capacity": {"storage": "50Gi"},
+                "local": {"path": "/mnt/disks/scratch"},
+                "nodeAffinity": {
+                    "required": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": ["node-t4-a"],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+    )
+    claim = world.get("PersistentVolumeClaim", "scratch", "default")
+    claim["spec"]["volumeName"], claim["status"] = "local-scratch", {"phase": "Bound"}
+    world.reconcile()
+    pod = world.get("Pod", "custom-demo", "default")
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-a"}
+    assert pod["spec"]["nodeName"] == "node-t4-a"
+    assert world.get("InstancePersistentVolume", "scratch", "default")["status"] == {
+        **world.get("InstancePersistentVolume", "scratch", "default")["status"],
+        "phase": "Bound",
+        "volume": "local-scratch",
+    }
+
+
+def test_a_network_claim_does_not_pin(world):
+    shared = copy.deepcopy(example("instance-custom-demo.yaml"))
+    shared["spec"].update(
+        type=T4, additionalVolumes=[{"mountPath": "/data", "persistent": {"name": "datasets"}}]
+    )
+    run(world, shared)
+    pod = world.get("Pod", "custom-demo", "default")
+    assert "nodeSelector" not in pod["spec"]
+    assert world.get("PersistentVolumeClaim", "datasets", "default")["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "100Gi"}},
+        "volumeName": "pv-default-datasets",
+    }
+
+
+REFUSALS = [
+    (
+        {"metadata": {"namespace": "gpustack-system"}},
+        "ReservedNamespace",
+        "metadata.namespace: cannot create instance in reserved namespace gpustack-system: use a tenant namespace",
+    ),
+    (
+        {"spec": {"type": "nope"}},
+        "InstanceTypeNotFound",
+        "spec.type: instance type nope not found: pick one from `kubectl get instancetypes`",
+    ),
+    (
+        {"spec": {"nodeName": "node-gone"}},
+        "NodeNotFound",
+        "spec.nodeName: node node-gone not found: pick one from `kubectl get nodes`",
+    ),
+    (
+        {"spec": {"resources": {"accelerator": "2"}}},
+        "InvalidResources",
+        "spec.resources.accelerator: exceeds the maximum accelerator request 1 of instance type gpustack--nvidia-a10g-linux-amd64",
+    ),
+    (
+        {"spec": {"resources": {"acceleratorPartitionedProfile": "3g.40gb"}}},
+        "InvalidResources",
+        "spec.resources.acceleratorPartitionedProfile: instance type gpustack--nvidia-a10g-linux-amd64 does not offer hardware partitioning",
+    ),
+    (
+        {
+            "spec": {
+                "volume": {"ephemeral": {"capacity": "1Gi"}, "persistent": {"name": "datasets"}}
+            }
+        },
+        "InvalidVolume",
+        "spec.volume: cannot specify both ephemeral and persistent of volume",
+    ),
+    (
+        {
+            "spec": {
+                "additionalVolumes": [{"mountPath": "/workspace/.", "configMap": {"name": "c"}}]
+            }
+        },
+        "InvalidVolume",
+        "spec.additionalVolumes[0].mountPath: /workspace is the workspace (spec.volumeMount); mount elsewhere",
+    ),
+    (
+        {
+            "spec": {
+                "additionalVolumes": [
+                    {"mountPath": "/a", "configMap": {"name": "c"}},
+                    {"mountPath": "/tmp/../a", "secret": {"name": "s"}},
+                ]
+            }
+        },
+        "InvalidVolume",
+        "spec.additionalVolumes[1].mountPath: /a duplicates spec.additionalVolumes[0].mountPath",
+    ),
+    (
+        {
+            "spec": {
+                "additionalVolumes": [
+                    {"mountPath": "/a", "subPath": "../etc", "configMap": {"name": "App_Config"}}
+                ]
+            }
+        },
+        "InvalidVolume",
+        "spec.additionalVolumes[0].subPath: must be a relative path that stays inside the volume, got '../etc'; "
+        "spec.additionalVolumes[0].configMap.name: must be a DNS-1123 name (lowercase letters, digits, '-' and '.'), got 'App_Config'",
+    ),
+    (
+        {"spec": {"additionalVolumes": [{"mountPath": "/a"}]}},
+        "InvalidVolume",
+        "spec.additionalVolumes[0]: exactly one of persistent, configMap, secret or hostPath must be set, got 0",
+    ),
+    (
+        {"spec": {"runtime": "VirtualMachine"}},
+        "RuntimeNotServed",
+        "spec.runtime: the VirtualMachine runtime needs the GPUClass integration, which this version does not serve yet: use runtime Container",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason", "message"), REFUSALS, ids=[r[1] + str(i) for i, r in enumerate(REFUSALS)]
+)
+def test_refusals_compose_no_pod_and_say_why(world, change, reason, message):
+    refused = copy.deepcopy(example("instance-sliced-demo.yaml"))
+    if "resources" in change.get("spec", {}):
+        del refused["spec"]["resources"]
+    for part, values in change.items():
+        refused[part].update(values)
+    namespace = refused["metadata"]["namespace"]
+    run(world, refused)
+    assert world.get("Pod", "sliced-demo", namespace) is None
+    status = world.get("Instance", "sliced-demo", namespace)["status"]
+    assert (status["phase"], status["phaseMessage"]) == ("Refused", message)
+    admitted = condition(world.get("Instance", "sliced-demo", namespace), "Admitted")
+    assert (admitted["reason"], admitted["message"]) == (reason, message)
+
+
+def test_every_composed_object_validates_against_the_kubernetes_schemas(world):
+    world.patch("Catalog", "default", {"instanceHostPathVolumeAllowed": True})
+    served = copy.deepcopy(example("instance-custom-demo.yaml"))
+    served["spec"].update(
+        type=T4,
+        ports=[{"port": 8080}],
+        sshPublicKey={"name": "keys"},
+        env=[{"name": "A", "value": "b"}],
+    )
+    run(world, example("instance-sliced-demo.yaml"), example("instance-pinned-demo.yaml"), served)
+    checked = 0
+    for kind in ("Pod", "Service", "PersistentVolumeClaim"):
+        for obj in world.list(kind):
+            desired = {k: v for k, v in obj.items() if k != "status"}
+            desired["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "generation"}
+            assert schemas.validate_core(desired) == [], obj["metadata"]["name"]
+            checked += 1
+    for obj in world.list("Instance") + world.list("InstancePersistentVolume"):
+        assert schemas.validate_xr(obj) == [], obj["metadata"]["name"]
+    assert checked >= 5
