@@ -476,7 +476,11 @@ def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work(worl
             "namespace": "default",
             "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"},
         },
-        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
     }
     world.apply(running)
     world.reconcile()
@@ -485,7 +489,10 @@ def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work(worl
     world.reconcile()
     assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "HoldAndDrain"
     status = world.get("InstanceType", A10G)["status"]
-    assert (status["phase"], status["phaseMessage"]) == ("Draining", "cluster queue is draining its workloads")
+    assert (status["phase"], status["phaseMessage"]) == (
+        "Draining",
+        "cluster queue is draining its workloads",
+    )
     assert status["display"]["accelerator"] == "0/0 0/0 0/0 0/0"
     world.delete("Pod", "training", "default")  # Kueue evicts it
     world.reconcile()
