@@ -60,3 +60,53 @@ def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
             ]
         )
     return catalog.kubectl_table(catalog.INSTANCE_TYPE_COLUMNS, rows)
+
+
+@main.command()
+@click.option(
+    "--node-name", envvar="NODE_NAME", required=True, help="This node (the Devices object's name)."
+)
+@click.option(
+    "--period", type=float, default=30.0, show_default=True, help="Seconds between polls."
+)
+@click.option(
+    "--pod-resources-socket",
+    default="/var/lib/kubelet/pod-resources/kubelet.sock",
+    show_default=True,
+    envvar="POD_RESOURCES_SOCKET",
+)
+@click.option(
+    "--nvml-fixture",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Replay recorded NVML readings instead of the real NVML (tests and demos only).",
+)
+@click.option(
+    "--cpuinfo", type=click.Path(path_type=Path), default=Path("/proc/cpuinfo"), show_default=True
+)
+@click.option("--once", is_flag=True, help="Poll once, apply if changed, and exit.")
+@click.option("--debug", "-d", is_flag=True, envvar="DEBUG")
+def agent(node_name, period, pod_resources_socket, nvml_fixture, cpuinfo, once, debug) -> None:
+    """Report this node's GPUs and allocations as its Devices object."""
+    import logging
+    import signal
+    import threading
+    from functools import partial
+
+    from functions.agent.agent import Agent, KubernetesApi
+    from functions.agent.nvml import FakeNvml, PynvmlBackend
+    from functions.agent.podresources import list_devices
+
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(message)s",
+    )
+    nvml = FakeNvml.from_file(nvml_fixture) if nvml_fixture else PynvmlBackend()
+    node_agent = Agent(
+        node_name, nvml, KubernetesApi(), partial(list_devices, pod_resources_socket), cpuinfo
+    )
+    if once:
+        node_agent.poll()
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    node_agent.run(period, stop)

@@ -1,0 +1,132 @@
+"""`gpustack-fn agent`: keep this node's Devices object true, without churning the API server.
+
+Each poll reads NVML, the CPU, and what the kubelet handed out, and builds the whole Devices
+object. It is applied (server-side, as field manager `gpustack-agent`, never touching
+`spec.managed`) only when its content changed; API errors back off exponentially.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from functions.agent import report
+from functions.agent.allocations import allocations
+from functions.agent.nvml import Nvml
+from functions.agent.podresources import ContainerDevices
+from functions.core import labels
+from functions.core.devices import parse_spec
+
+log = logging.getLogger(__name__)
+API_VERSION = "worker.gpustack.ai/v1alpha1"
+FIELD_MANAGER = "gpustack-agent"
+MAX_BACKOFF_SECONDS = 300
+
+
+class Kube(Protocol):
+    def node_cpu_capacity(self, node: str) -> int | None: ...
+    def pods_on(self, node: str) -> list[dict[str, Any]]: ...
+    def apply_devices(self, devices: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Agent:
+    node: str
+    nvml: Nvml
+    kube: Kube
+    list_devices: Callable[[], list[ContainerDevices]]
+    cpuinfo: Path = Path("/proc/cpuinfo")
+    os: str = field(default_factory=report.node_os)
+    arch: str = field(default_factory=report.node_arch)
+    last_applied: str | None = None
+    writes: int = 0
+
+    def build(self) -> dict[str, Any]:
+        """The Devices object as this node is now."""
+        accelerators = report.read_accelerators(self.nvml)
+        for problem in accelerators.problems:
+            log.warning("%s", problem)
+        pods = {
+            f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
+            for p in self.kube.pods_on(self.node)
+        }
+        cpu = report.read_cpu(self.cpuinfo)
+        cpu["cores"] = report.cpu_cores(self.kube.node_cpu_capacity(self.node))
+        spec = {
+            "os": self.os,
+            "arch": self.arch,
+            "cpu": cpu,
+            "accelerators": accelerators.vendors,
+            "allocations": allocations(self.list_devices(), pods, accelerators.vendors),
+        }
+        selector = labels.devices_labels(parse_spec(self.node, spec))
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "Devices",
+            "metadata": {"name": self.node, "labels": dict(sorted(selector.items()))},
+            "spec": spec,
+        }
+
+    def poll(self) -> bool:
+        """Build and apply if anything changed; True when it wrote."""
+        devices = self.build()
+        content = json.dumps(devices, sort_keys=True)
+        if content == self.last_applied:
+            return False
+        self.kube.apply_devices(devices)
+        self.last_applied = content
+        self.writes += 1
+        return True
+
+    def run(self, period: float, stop: threading.Event) -> None:
+        backoff = 0.0
+        while not stop.is_set():
+            try:
+                if self.poll():
+                    log.info("applied Devices %s", self.node)
+                backoff = 0.0
+            except Exception as error:  # keep the node reported: retry, slower each time
+                backoff = min(MAX_BACKOFF_SECONDS, max(1.0, backoff * 2))
+                log.warning("poll failed (%s); retrying in %.0fs", error, backoff)
+            stop.wait(backoff or period)
+
+
+class KubernetesApi:
+    """The real API server, through the official client (in-cluster, else kubeconfig)."""
+
+    def __init__(self):
+        import kubernetes
+
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()
+        self.core = kubernetes.client.CoreV1Api()
+        self.custom = kubernetes.client.CustomObjectsApi()
+
+    def node_cpu_capacity(self, node: str) -> int | None:
+        from functions.core import quantity
+
+        capacity = (self.core.read_node(node).status.capacity or {}).get("cpu")
+        return quantity.ceil(quantity.parse(capacity)) if capacity else None
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        return [self.core.api_client.sanitize_for_serialization(p) for p in pods.items]
+
+    def apply_devices(self, devices: dict[str, Any]) -> None:
+        self.custom.patch_cluster_custom_object(
+            "worker.gpustack.ai",
+            "v1alpha1",
+            "devices",
+            devices["metadata"]["name"],
+            devices,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )

@@ -1,0 +1,306 @@
+"""The node agent with the fake NVML backend and a fake kubelet on a real Unix socket."""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+
+import pytest
+import yaml
+
+from functions.agent.agent import Agent
+from functions.agent.nvml import FakeNvml
+from functions.agent.podresources import list_devices
+from functions.core.devices import parse_devices
+from tests.support import schemas
+from tests.support.fake_kubelet import fake_kubelet
+from tests.support.schemas import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures"
+WALKTHROUGH = {
+    doc["metadata"]["name"]: doc
+    for doc in schemas.documents(ROOT / "examples" / "walkthrough" / "devices.yaml")
+}
+CORES = {"node-cpu": 16, "node-a10g": 4, "node-t4-a": 4, "node-t4-b": 48}
+
+
+class FakeKube:
+    def __init__(self, cores: int, pods: list[dict] | None = None):
+        self.cores, self.pods, self.applied = cores, pods or [], []
+
+    def node_cpu_capacity(self, node: str) -> int:
+        return self.cores
+
+    def pods_on(self, node: str) -> list[dict]:
+        return self.pods
+
+    def apply_devices(self, devices: dict) -> None:
+        self.applied.append(copy.deepcopy(devices))
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    with fake_kubelet(tmp_path) as (fake, socket):
+        yield fake, socket
+
+
+def agent_for(
+    node: str, socket: str, nvml: FakeNvml | None = None, kube: FakeKube | None = None
+) -> Agent:
+    return Agent(
+        node,
+        nvml or FakeNvml.from_file(FIXTURES / "nvml" / f"{node}.yaml"),
+        kube or FakeKube(CORES.get(node, 8)),
+        partial(list_devices, socket),
+        FIXTURES / "cpuinfo" / f"{node}.txt",
+        os="linux",
+        arch="amd64",
+    )
+
+
+def normalised(obj: dict) -> str:
+    return yaml.safe_dump(
+        {"labels": obj["metadata"]["labels"], "spec": obj["spec"]}, sort_keys=True
+    )
+
+
+@pytest.mark.parametrize("node", sorted(WALKTHROUGH))
+def test_the_walkthrough_nodes_report_the_devices_the_handlers_use(kubelet, node):
+    _, socket = kubelet
+    assert normalised(agent_for(node, socket).build()) == normalised(WALKTHROUGH[node])
+
+
+def test_a_second_poll_with_nothing_changed_writes_nothing(kubelet):
+    _, socket = kubelet
+    agent = agent_for("node-t4-b", socket)
+    assert agent.poll() is True
+    assert agent.poll() is False
+    assert len(agent.kube.applied) == 1
+
+
+def test_a_new_allocation_makes_exactly_one_write(kubelet):
+    fake, socket = kubelet
+    pod = {
+        "metadata": {"name": "sliced-demo", "namespace": "default", "uid": "uid-1"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu.sliced": "1",
+                            "nvidia.com/gpu.sliced.memory-percentage": "20",
+                            "nvidia.com/gpu.sliced.cores-percentage": "100",
+                        }
+                    },
+                }
+            ]
+        },
+        "status": {"phase": "Running"},
+    }
+    kube = FakeKube(4, [pod])
+    agent = agent_for("node-a10g", socket, kube=kube)
+    agent.poll()
+    fake.assign(
+        "default",
+        "sliced-demo",
+        "main",
+        "nvidia.com/gpu.sliced",
+        "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575",
+    )
+    fake.assign(
+        "default",
+        "sliced-demo",
+        "sshd",
+        "device.gpustack.ai/nvidia.visibility",
+        "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575",
+    )
+    assert agent.poll() is True
+    assert agent.poll() is False
+    assert len(kube.applied) == 2
+    assert kube.applied[-1]["spec"]["allocations"] == [
+        {
+            "pod": "default/sliced-demo",
+            "podUID": "uid-1",
+            "container": "main",
+            "device": "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575",
+            "mode": "Sliced",
+            "memoryPercentage": 20,
+            "coresPercentage": 100,
+        }
+    ]
+    # The handlers read it as the 20 % slice of the walkthrough's section 3.
+    from functions.core.ledger import build_ledger
+
+    card = build_ledger(parse_devices(kube.applied[-1])).groups[0].cards[0]
+    assert card.remaining == 1_280_000
+
+
+def test_a_mig_reconfiguration_makes_exactly_one_write(kubelet, tmp_path):
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "h100-mig.yaml").read_text())
+    nvml = FakeNvml(recording)
+    agent = agent_for("node-h100", socket, nvml=nvml, kube=FakeKube(224))
+    agent.poll()
+    mig = agent.kube.applied[0]["spec"]["accelerators"][0]["devices"][0]["mig"]
+    assert mig["partitions"] == [
+        {
+            "profile": "3g.40gb",
+            "placement": {"start": 0, "size": 4},
+            "uuid": "MIG-5f2a7c1e-0d3b-5e8a-9c4f-1a2b3c4d5e6f",
+        }
+    ]
+    assert [p["name"] for p in mig["profiles"]] == [
+        "1g.10gb",
+        "1g.20gb",
+        "2g.20gb",
+        "3g.40gb",
+        "4g.40gb",
+        "7g.80gb",
+    ]
+    recording["devices"][0]["instances"].append(
+        {"profile": "1g.10gb", "start": 4, "size": 1, "uuid": "MIG-new"}
+    )
+    assert agent.poll() is True
+    assert agent.poll() is False
+    assert len(agent.kube.applied) == 2
+
+
+def test_a_mig_device_resolves_to_its_card_and_placement(kubelet):
+    fake, socket = kubelet
+    fake.assign(
+        "team",
+        "infer",
+        "main",
+        "nvidia.com/gpu.partitioned",
+        "MIG-5f2a7c1e-0d3b-5e8a-9c4f-1a2b3c4d5e6f",
+    )
+    fake.assign(
+        "team", "train", "main", "nvidia.com/gpu", "GPU-9c1e2f3a-4b5c-6d7e-8f90-a1b2c3d4e501"
+    )
+    fake.assign("team", "ghost", "main", "nvidia.com/gpu", "GPU-not-on-this-node")
+    agent = agent_for(
+        "node-h100",
+        socket,
+        nvml=FakeNvml.from_file(FIXTURES / "nvml" / "h100-mig.yaml"),
+        kube=FakeKube(224),
+    )
+    rows = agent.build()["spec"]["allocations"]
+    assert rows == [
+        {
+            "pod": "team/ghost",
+            "container": "main",
+            "device": "GPU-not-on-this-node",
+            "mode": "Exclusive",
+        },
+        {
+            "pod": "team/infer",
+            "container": "main",
+            "device": "GPU-9c1e2f3a-4b5c-6d7e-8f90-a1b2c3d4e500",
+            "mode": "Partitioned",
+            "profile": "3g.40gb",
+            "placement": {"start": 0, "size": 4},
+        },
+        {
+            "pod": "team/train",
+            "container": "main",
+            "device": "GPU-9c1e2f3a-4b5c-6d7e-8f90-a1b2c3d4e501",
+            "mode": "Exclusive",
+        },
+    ]
+    from functions.core.ledger import build_ledger
+
+    ledger = build_ledger(parse_devices(agent.build()))
+    assert [c.reason for c in ledger.conflicts] == ["unknown accelerator"]  # reported, not dropped
+
+
+def test_an_nvml_failure_on_one_gpu_reports_it_unhealthy_and_the_rest_normally(kubelet):
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "node-t4-b.yaml").read_text())
+    recording["devices"][2]["fail"] = {"memoryTotalBytes": "NVML_ERROR_GPU_IS_LOST"}
+    devices = agent_for("node-t4-b", socket, nvml=FakeNvml(recording)).build()["spec"][
+        "accelerators"
+    ][0]["devices"]
+    assert [d["healthy"] for d in devices] == [True, True, False, True]
+    assert devices[2]["uuid"] == "GPU-7a2b9c4d-1e3f-4a5b-8c6d-0e1f2a3b4c03"
+    assert devices[2]["unhealthyReason"] == "NVML_ERROR_GPU_IS_LOST"
+    assert [d["memoryMiB"] for d in devices] == [16384, 16384, 0, 16384]
+
+
+def test_uncorrected_ecc_errors_make_a_card_unhealthy(kubelet):
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "h200.yaml").read_text())
+    recording["devices"][0]["uncorrectedVolatileEcc"] = 3
+    device = agent_for("node-h200", socket, nvml=FakeNvml(recording), kube=FakeKube(192)).build()[
+        "spec"
+    ]["accelerators"][0]["devices"][0]
+    assert (device["healthy"], device["unhealthyReason"]) == (
+        False,
+        "3 volatile uncorrected ECC errors",
+    )
+    assert device["memoryMiB"] == 143771  # HBM: no GDDR ECC restore
+
+
+def test_without_nvml_the_node_reports_no_accelerators_and_keeps_the_cpu(kubelet, caplog):
+    _, socket = kubelet
+    spec = agent_for("node-cpu", socket).build()["spec"]
+    assert spec["accelerators"] == []
+    assert spec["cpu"] == {
+        "vendor": "AMD",
+        "modelName": "AMD EPYC 7R13 Processor",
+        "family": "25",
+        "model": "1",
+        "cores": 16,
+    }
+    assert (
+        "NVML is not available (NVML Shared Library Not Found): reporting no accelerators"
+        in caplog.text
+    )
+
+
+def test_terminated_pods_release_their_cards(kubelet):
+    fake, socket = kubelet
+    done = {
+        "metadata": {"name": "job", "namespace": "team"},
+        "spec": {"containers": []},
+        "status": {"phase": "Succeeded"},
+    }
+    fake.assign("team", "job", "main", "nvidia.com/gpu", "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575")
+    agent = agent_for("node-a10g", socket, kube=FakeKube(4, [done]))
+    assert agent.build()["spec"]["allocations"] == []
+
+
+@pytest.mark.parametrize("fixture", ["h100-mig", "h200", "node-t4-b"])
+def test_every_report_validates_as_a_devices_object(kubelet, fixture):
+    _, socket = kubelet
+    devices = agent_for(
+        fixture,
+        socket,
+        nvml=FakeNvml.from_file(FIXTURES / "nvml" / f"{fixture}.yaml"),
+        kube=FakeKube(64),
+    ).build()
+    assert schemas.validate_xr(devices) == []
+    parse_devices(devices)
+
+
+@pytest.mark.gpu
+def test_the_real_nvml_backend_reports_every_gpu_completely(kubelet):
+    from functions.agent.nvml import NvmlUnavailable, PynvmlBackend
+
+    backend = PynvmlBackend()
+    try:
+        backend.start()
+        count = backend.device_count()
+        backend.stop()
+    except NvmlUnavailable as error:
+        pytest.skip(f"no NVIDIA GPU here: {error}")
+    if count == 0:
+        pytest.skip("NVML sees no GPU")
+    _, socket = kubelet
+    devices = Agent("gpu-node", PynvmlBackend(), FakeKube(8), partial(list_devices, socket)).build()
+    cards = devices["spec"]["accelerators"][0]["devices"]
+    assert len(cards) == count
+    for card in cards:
+        assert card["uuid"].startswith("GPU-") and card["product"] and card["memoryMiB"] > 0
+        assert card["computeCapability"] and card["pciBusId"] and card["healthy"] in (True, False)
+    assert schemas.validate_xr(devices) == []

@@ -1,0 +1,78 @@
+"""Record this machine's real NVML readings as a fixture for the fake backend.
+
+    python tools/record_nvml.py > tests/fixtures/nvml/<name>.yaml
+
+Writes exactly the readings `functions/agent/nvml.py` asks for (raw, before the agent's rules),
+so the fake backend replays them. A reading NVML refuses is recorded under `fail:`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import yaml
+
+from functions.agent.nvml import NvmlError, NvmlUnavailable, PynvmlBackend
+
+READINGS = (
+    ("uuid", "uuid"),
+    ("minor", "minor"),
+    ("name", "name"),
+    ("memoryTotalBytes", "memory_total_bytes"),
+    ("memoryBusWidth", "memory_bus_width"),
+    ("eccEnabled", "ecc_enabled"),
+    ("cores", "cores"),
+    ("computeCapability", "compute_capability"),
+    ("pciBusId", "pci_bus_id"),
+    ("numaNode", "numa_node"),
+    ("uncorrectedVolatileEcc", "uncorrected_volatile_ecc"),
+    ("migEnabled", "mig_enabled"),
+)
+
+
+def record(backend: PynvmlBackend) -> dict:
+    try:
+        backend.start()
+    except NvmlUnavailable as error:
+        return {"available": False, "reason": str(error)}
+    try:
+        recording = {
+            "driverVersion": backend.driver_version(),
+            "cudaDriverVersion": backend.cuda_driver_version(),
+            "devices": [],
+        }
+        for index in range(backend.device_count()):
+            device, reading, failures = backend.device(index), {}, {}
+            for key, method in READINGS:
+                try:
+                    value = getattr(device, method)()
+                    reading[key] = list(value) if isinstance(value, tuple) else value
+                except NvmlError as error:
+                    failures[key] = str(error)
+            try:
+                reading["profiles"] = [
+                    {
+                        "name": p.name,
+                        "memoryMiB": p.memory_mib,
+                        "computeSlices": p.compute_slices,
+                        "memorySlices": p.memory_slices,
+                        "placements": [{"start": s, "size": z} for s, z in p.placements],
+                    }
+                    for p in (device.gpu_instance_profiles() if reading.get("migEnabled") else [])
+                ]
+                reading["instances"] = [
+                    {"profile": i.profile, "start": i.start, "size": i.size, "uuid": i.uuid}
+                    for i in (device.gpu_instances() if reading.get("migEnabled") else [])
+                ]
+            except NvmlError as error:
+                failures["profiles"] = str(error)
+            if failures:
+                reading["fail"] = failures
+            recording["devices"].append(reading)
+        return recording
+    finally:
+        backend.stop()
+
+
+if __name__ == "__main__":
+    yaml.safe_dump(record(PynvmlBackend()), sys.stdout, sort_keys=False)
