@@ -304,3 +304,28 @@ def test_the_real_nvml_backend_reports_every_gpu_completely(kubelet):
         assert card["uuid"].startswith("GPU-") and card["product"] and card["memoryMiB"] > 0
         assert card["computeCapability"] and card["pciBusId"] and card["healthy"] in (True, False)
     assert schemas.validate_xr(devices) == []
+
+
+def test_the_loop_backs_off_on_api_errors_and_recovers(kubelet):
+    import threading
+
+    _, socket = kubelet
+    stop = threading.Event()
+
+    class FlakyKube(FakeKube):
+        calls = 0
+
+        def apply_devices(self, devices):
+            FlakyKube.calls += 1
+            if FlakyKube.calls == 1:
+                raise ConnectionError("API server unavailable")
+            super().apply_devices(devices)
+            stop.set()
+
+    agent = agent_for("node-a10g", socket, kube=FlakyKube(4))
+    waits = []
+    original = stop.wait
+    stop.wait = lambda seconds=None: waits.append(seconds) or original(0)
+    agent.run(period=30, stop=stop)
+    assert FlakyKube.calls == 2 and agent.writes == 1
+    assert waits[0] == 1.0  # the first retry comes after a one-second back-off, not the period

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 API_VERSION = "worker.gpustack.ai/v1alpha1"
 FIELD_MANAGER = "gpustack-agent"
 MAX_BACKOFF_SECONDS = 300
+EVENT_WAIT_SLICE_SECONDS = 5.0  # how long a stop request may wait behind an NVML wait
 
 
 class Kube(Protocol):
@@ -84,6 +86,7 @@ class Agent:
         return True
 
     def run(self, period: float, stop: threading.Event) -> None:
+        """Poll on the period, sooner on an NVML event; back off while polls fail."""
         backoff = 0.0
         while not stop.is_set():
             try:
@@ -93,7 +96,20 @@ class Agent:
             except Exception as error:  # keep the node reported: retry, slower each time
                 backoff = min(MAX_BACKOFF_SECONDS, max(1.0, backoff * 2))
                 log.warning("poll failed (%s); retrying in %.0fs", error, backoff)
-            stop.wait(backoff or period)
+            if backoff:
+                stop.wait(backoff)
+            else:
+                self.pause(period, stop)
+
+    def pause(self, period: float, stop: threading.Event) -> None:
+        """Until the period ends, an NVML event arrives, or the agent is stopped."""
+        deadline = time.monotonic() + period
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            event = self.nvml.wait_for_event(min(left, EVENT_WAIT_SLICE_SECONDS))
+            if event is None:  # no events here: just wait out the period
+                stop.wait(left)
+            elif event:
+                return
 
 
 class KubernetesApi:

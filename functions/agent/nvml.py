@@ -64,6 +64,7 @@ class Device(Protocol):
 class Nvml(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
+    def wait_for_event(self, timeout: float) -> bool | None: ...
     def driver_version(self) -> str: ...
     def cuda_driver_version(self) -> int: ...
     def device_count(self) -> int: ...
@@ -155,6 +156,10 @@ class FakeNvml:
 
     def stop(self) -> None:
         pass
+
+    def wait_for_event(self, timeout: float) -> bool | None:
+        """A recording has no events (None): the agent waits out its period."""
+        return None
 
     def driver_version(self) -> str:
         return self.recording["driverVersion"]
@@ -327,10 +332,42 @@ class PynvmlDevice:
 
 
 class PynvmlBackend:
+    # What makes the agent poll before its period: a card failing, ECC errors, MIG reconfigured.
+    EVENTS = (
+        "nvmlEventTypeXidCriticalError",
+        "nvmlEventTypeDoubleBitEccError",
+        "nvmlEventMigConfigChange",
+    )
+
     def __init__(self):
         import pynvml
 
         self.nvml = pynvml
+        self.events = None
+
+    def wait_for_event(self, timeout: float) -> bool | None:
+        """True on an NVML event, False after `timeout` without one, None where unsupported."""
+        nvml = self.nvml
+        try:
+            if self.events is None:
+                nvml.nvmlInit()
+                self.events = nvml.nvmlEventSetCreate()
+                mask = 0
+                for name in self.EVENTS:
+                    mask |= getattr(nvml, name, 0)
+                for index in range(nvml.nvmlDeviceGetCount()):
+                    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                    with contextlib.suppress(nvml.NVMLError):  # not every card supports every event
+                        nvml.nvmlDeviceRegisterEvents(handle, mask, self.events)
+        except nvml.NVMLError:
+            return None
+        try:
+            nvml.nvmlEventSetWait_v2(self.events, int(timeout * 1000))
+            return True
+        except nvml.NVMLError_Timeout:
+            return False
+        except nvml.NVMLError:
+            return None
 
     def start(self) -> None:
         try:
