@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/gpustack-fn demo
+	$(BIN)/gpustack-fn simulate examples/walkthrough/scenario.yaml
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check .

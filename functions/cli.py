@@ -13,6 +13,7 @@ from functions.core.devices import parse_devices
 from functions.core.pools import pool_views
 
 WALKTHROUGH_DEVICES = Path("examples/walkthrough/devices.yaml")
+WALKTHROUGH_SCENARIO = Path("examples/walkthrough/scenario.yaml")
 
 
 @click.group()
@@ -40,6 +41,20 @@ def serve(**options) -> None:
 def demo(devices_file: Path, aware: bool) -> None:
     """Print `kubectl get instancetypes` for the derived pools of a cluster."""
     click.echo(instance_types_table(devices_file, catalog.Settings(aware_cpu_manufacturer=aware)))
+
+
+@main.command()
+@click.argument(
+    "scenario",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=WALKTHROUGH_SCENARIO,
+)
+def simulate(scenario: Path) -> None:
+    """Play a scenario through the real handlers and print the tables after each step."""
+    from functions.simulate import play
+
+    for output in play(scenario):
+        click.echo(output)
 
 
 def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:

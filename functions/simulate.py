@@ -304,3 +304,25 @@ def world_from(paths: Iterable[Path], run: Callable | None = None) -> World:
     for path in paths:
         world.apply(*load_documents(path))
     return world
+
+
+def play(scenario: Path, run: Callable | None = None) -> Iterable[str]:
+    """Play a scenario file step by step, yielding what each step prints."""
+    plan = yaml.safe_load(scenario.read_text())
+    base = scenario.parent
+    world = world_from((base / name for name in plan.get("apply", [])), run)
+    world.reconcile()
+    for step in plan.get("steps", []):
+        for name in step.get("apply", []):
+            world.apply(*load_documents(base / name))
+        if "patch" in step:
+            patch = step["patch"]
+            world.patch(patch["kind"], patch["name"], patch["spec"], patch.get("namespace", ""))
+        if "delete" in step:
+            target = step["delete"]
+            world.delete(target["kind"], target["name"], target.get("namespace", ""))
+        world.reconcile()
+        lines = [f"== {step['title']}"]
+        for kind in step.get("show", []):
+            lines += [f"$ kubectl get {kind.lower()}", world.table(kind), ""]
+        yield "\n".join(lines)

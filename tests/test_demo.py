@@ -50,3 +50,24 @@ def test_demo_prints_the_initial_instancetypes_table():
     header = result.output.splitlines()[0]
     for row in result.output.splitlines()[1:]:
         assert row.index("gpustack-fnv64-") == header.index("ENTRANCE")
+
+
+def test_make_demo_plays_the_walkthrough_scenario():
+    """The acceptance test: every table of the walkthrough, step by step (card-count SH reading).
+
+    After an intended change, review the difference and refresh the file with
+    `gpustack-fn simulate > examples/walkthrough/expected.txt`.
+    """
+    from tests.conftest import ROOT
+
+    scenario = ROOT / "examples" / "walkthrough" / "scenario.yaml"
+    result = CliRunner().invoke(main, ["simulate", str(scenario)])
+    assert result.exit_code == 0, result.output
+    expected = (ROOT / "examples" / "walkthrough" / "expected.txt").read_text()
+    assert result.output == expected
+    # The seed's own figures, as the walkthrough records them (with the card-count SH reading).
+    sections = result.output.split("== ")
+    assert "0/0 0/0 80/80 0/0" in sections[4]  # §3: the 20 % slice
+    assert "48/68" in sections[2]  # §2: node-a10g's 4 cores leave the generic pool
+    assert "12/128Gi/200Gi          0/0 0/0 0/0 0/0" in sections[7]  # §4: both siblings drop
+    assert "custom-demo   a10g-12c128g   Stopped" in sections[8]
