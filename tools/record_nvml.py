@@ -12,22 +12,7 @@ import sys
 
 import yaml
 
-from functions.agent.nvml import NvmlError, NvmlUnavailable, PynvmlBackend
-
-READINGS = (
-    ("uuid", "uuid"),
-    ("minor", "minor"),
-    ("name", "name"),
-    ("memoryTotalBytes", "memory_total_bytes"),
-    ("memoryBusWidth", "memory_bus_width"),
-    ("eccEnabled", "ecc_enabled"),
-    ("cores", "cores"),
-    ("computeCapability", "compute_capability"),
-    ("pciBusId", "pci_bus_id"),
-    ("numaNode", "numa_node"),
-    ("uncorrectedVolatileEcc", "uncorrected_volatile_ecc"),
-    ("migEnabled", "mig_enabled"),
-)
+from functions.agent.nvml import READINGS, NvmlError, NvmlUnavailable, PynvmlBackend
 
 
 def record(backend: PynvmlBackend) -> dict:
@@ -43,7 +28,7 @@ def record(backend: PynvmlBackend) -> dict:
         }
         for index in range(backend.device_count()):
             device, reading, failures = backend.device(index), {}, {}
-            for key, method in READINGS:
+            for method, key in READINGS:
                 try:
                     value = getattr(device, method)()
                     reading[key] = list(value) if isinstance(value, tuple) else value

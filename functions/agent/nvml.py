@@ -74,7 +74,27 @@ class Nvml(Protocol):
 # --- the fake, replaying fixture files -----------------------------------------------------
 
 
+# Each scalar reading: (the method the agent calls, its key in a recording).
+READINGS = (
+    ("uuid", "uuid"),
+    ("minor", "minor"),
+    ("name", "name"),
+    ("memory_total_bytes", "memoryTotalBytes"),
+    ("memory_bus_width", "memoryBusWidth"),
+    ("ecc_enabled", "eccEnabled"),
+    ("cores", "cores"),
+    ("compute_capability", "computeCapability"),
+    ("pci_bus_id", "pciBusId"),
+    ("numa_node", "numaNode"),
+    ("uncorrected_volatile_ecc", "uncorrectedVolatileEcc"),
+    ("mig_enabled", "migEnabled"),
+)
+_RECORDED_AS = dict(READINGS)
+
+
 class FakeDevice:
+    """One recorded GPU: each scalar reading replays its recorded value, or its recorded error."""
+
     def __init__(self, reading: Mapping[str, Any]):
         self.reading = reading
 
@@ -82,44 +102,13 @@ class FakeDevice:
         failure = (self.reading.get("fail") or {}).get(key)
         if failure:
             raise NvmlError(failure)
-        return self.reading[key]
+        value = self.reading[key]
+        return tuple(value) if isinstance(value, list) else value
 
-    def uuid(self) -> str:
-        return self._get("uuid")
-
-    def minor(self) -> int:
-        return self._get("minor")
-
-    def name(self) -> str:
-        return self._get("name")
-
-    def memory_total_bytes(self) -> int:
-        return self._get("memoryTotalBytes")
-
-    def memory_bus_width(self) -> int:
-        return self._get("memoryBusWidth")
-
-    def ecc_enabled(self) -> bool:
-        return self._get("eccEnabled")
-
-    def cores(self) -> int:
-        return self._get("cores")
-
-    def compute_capability(self) -> tuple[int, int]:
-        major, minor = self._get("computeCapability")
-        return major, minor
-
-    def pci_bus_id(self) -> str:
-        return self._get("pciBusId")
-
-    def numa_node(self) -> int:
-        return self._get("numaNode")
-
-    def uncorrected_volatile_ecc(self) -> int:
-        return self._get("uncorrectedVolatileEcc")
-
-    def mig_enabled(self) -> bool:
-        return self._get("migEnabled")
+    def __getattr__(self, method: str):
+        if method not in _RECORDED_AS:
+            raise AttributeError(method)
+        return lambda: self._get(_RECORDED_AS[method])
 
     def gpu_instance_profiles(self) -> list[ProfileReading]:
         return [
