@@ -2,7 +2,8 @@
 
 The frame keeps the protocol's promises (DESIGN §5) in one place:
 - the request's tag, context and desired state from earlier steps are echoed untouched;
-- requirements are declared identically on every call, from the composite alone;
+- requirements are declared identically on every call of a reconcile: from the composite (and,
+  where a selector needs a setting, from the Catalog once read), never from what they return;
 - "not resolved yet" (`Request.required()` is None) differs from "resolved, none" (`[]`);
 - every composed resource is given an explicit readiness;
 - a deliberate TTL is set per handler;
@@ -138,7 +139,7 @@ class Handler:
     ttl: ClassVar[datetime.timedelta] = datetime.timedelta(seconds=60)
 
     def requirements(self, request: Request) -> dict[str, Requirement]:
-        """Declared from the composite alone, so every call of a reconcile asks the same."""
+        """Declared from the composite, so every call of a reconcile asks the same."""
         return {}
 
     def compose(self, request: Request, out: Output) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functions.frame import Handler
 from functions.handlers.catalog import CatalogHandler
 from functions.handlers.devices import DevicesHandler
+from functions.handlers.gpuclass import GPUClassHandler
 from functions.handlers.instance import InstanceHandler
 from functions.handlers.instancetype import InstanceTypeHandler
 from functions.handlers.instancetypeflavor import InstanceTypeFlavorHandler
@@ -14,6 +15,7 @@ HANDLERS: dict[str, Handler] = {
     for handler in (
         CatalogHandler(),
         DevicesHandler(),
+        GPUClassHandler(),
         InstanceHandler(),
         InstanceTypeHandler(),
         InstanceTypeFlavorHandler(),

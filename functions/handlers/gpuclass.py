@@ -1,0 +1,178 @@
+"""gpuclass: a GPU offer's availability and health (seed 003), status only.
+
+`status.free` counts free units of the class's device-plugin resource over eligible nodes
+(Ready, not cordoned, no NoSchedule/NoExecute taint the class does not tolerate);
+`status.maxFreePerNode` is the largest of them. They are observations, not reservations.
+Conditions: `ResourceNameConflict` (another, older class advertises the same resource: this
+offer is not available), `ResourceNameNotPermitted` (KubeVirt's permittedHostDevices lacks it),
+`LicenseSecretMissing` (a licensed class's source Secret or token key is absent). License token
+bytes are only tested for presence; they never appear in any output.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from functions.core import quantity
+from functions.core.quantity import QuantityError
+from functions.frame import Handler, Output, Request, Requirement
+from functions.handlers.common import CATALOG, catalog_settings, condition_status
+from functions.structs import View
+
+LICENSE_KEY = "client_configuration_token.tok"
+LAUNCHER = {"kubevirt.io": "virt-launcher"}
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+class GPUClassHandler(Handler):
+    name = "gpuclass"
+    kinds = frozenset({"GPUClass"})
+    ttl = datetime.timedelta(seconds=30)  # nodes and launcher Pods are required, not watched
+
+    def requirements(self, request: Request) -> dict[str, Requirement]:
+        found = {
+            "catalog": CATALOG,
+            "classes": Requirement("cozystack.io/v1alpha1", "GPUClass"),
+            "kubevirt": Requirement("kubevirt.io/v1", "KubeVirt"),
+            "nodes": Requirement("v1", "Node"),
+            "launchers": Requirement("v1", "Pod", match_labels=LAUNCHER),
+        }
+        secret = request.xr.str("spec", "license", "secretName")
+        if secret:
+            # The namespace is the Catalog's licenseNamespace: once the Catalog is read, this
+            # selector stays the same on every later call.
+            namespace = catalog_settings(request).license_namespace
+            found["license"] = Requirement("v1", "Secret", match_name=secret, namespace=namespace)
+        return found
+
+    def compose(self, request: Request, out: Output) -> None:
+        spec = request.xr.view("spec")
+        resource = spec.str("source", "devicePlugin", "resourceName")
+        conflict = conflicting_class(request, resource)
+        permitted = is_permitted(request.required("kubevirt"), resource)
+        license_problem = license_missing(request, spec)
+
+        out.condition(
+            "ResourceNameConflict",
+            conflict is not None,
+            "Conflict" if conflict else "Unique",
+            f"class {conflict} already uses {resource}; this offer is not available — give each "
+            "offer its own advertised resource"
+            if conflict
+            else "",
+        )
+        out.condition(
+            "ResourceNameNotPermitted",
+            not permitted,
+            "NotPermitted" if not permitted else "Permitted",
+            f"{resource} is missing from the KubeVirt CR's permittedHostDevices; configure the "
+            "VM-facing GPU path and the table before retrying"
+            if not permitted
+            else "",
+        )
+        out.condition(
+            "LicenseSecretMissing",
+            license_problem is not None,
+            "Missing" if license_problem else "Present" if spec.has("license") else "NotLicensed",
+            license_problem or "",
+        )
+        free = [] if conflict else free_per_node(request, spec, resource)
+        out.status = {
+            "resourceName": resource,
+            "free": sum(free),
+            "maxFreePerNode": max(free, default=0),
+        }
+        out.composite_ready = conflict is None and permitted and license_problem is None
+
+
+def conflicting_class(request: Request, resource: str) -> str | None:
+    """The older class (by creation, then name) that advertises the same resource, if any."""
+    mine = (request.xr.str("metadata", "creationTimestamp"), request.xr.name)
+    for other in request.required("classes") or []:
+        if other.name == request.xr.name:
+            continue
+        if other.str("spec", "source", "devicePlugin", "resourceName") != resource:
+            continue
+        if (other.str("metadata", "creationTimestamp"), other.name) < mine:
+            return other.name
+    return None
+
+
+def is_permitted(kubevirts: list[View] | None, resource: str) -> bool:
+    for kubevirt in kubevirts or []:
+        devices = kubevirt.view("spec", "configuration", "permittedHostDevices")
+        for kind in ("pciHostDevices", "mediatedDevices", "usb"):
+            if any(d.str("resourceName") == resource for d in devices.list(kind).views()):
+                return True
+    return False
+
+
+def license_missing(request: Request, spec: View) -> str | None:
+    secret_name = spec.str("license", "secretName")
+    if not secret_name:
+        return None
+    found = request.required("license")
+    if found is None:
+        return None  # not read yet; the next call has it
+    if not found:
+        return f"license Secret {secret_name} not found in the license namespace; create it through the hoster's secret management"
+    if not found[0].str("data", LICENSE_KEY) and not found[0].str("stringData", LICENSE_KEY):
+        return f"license Secret {secret_name} has no {LICENSE_KEY} key"
+    return None
+
+
+def free_per_node(request: Request, spec: View, resource: str) -> list[int]:
+    tolerations = list(spec.list("tolerations").views())
+    used: dict[str, int] = {}
+    for pod in request.required("launchers") or []:
+        node = pod.str("spec", "nodeName")
+        if node and pod.str("status", "phase") not in ("Succeeded", "Failed"):
+            used[node] = used.get(node, 0) + units_requested(pod, resource)
+    free = []
+    for node in request.required("nodes") or []:
+        if not eligible(node, tolerations):
+            continue
+        allocatable = node.get("status", "allocatable", resource)
+        if allocatable is None:
+            continue
+        try:
+            total = quantity.floor(quantity.parse(allocatable))
+        except QuantityError:
+            continue
+        free.append(max(0, total - used.get(node.name, 0)))
+    return free
+
+
+def units_requested(pod: View, resource: str) -> int:
+    total = 0
+    for container in pod.list("spec", "containers").views():
+        value = container.get("resources", "limits", resource) or container.get(
+            "resources", "requests", resource
+        )
+        if value is not None:
+            try:
+                total += quantity.floor(quantity.parse(value))
+            except QuantityError:
+                continue
+    return total
+
+
+def eligible(node: View, tolerations: list[View]) -> bool:
+    """Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated by the class."""
+    if condition_status(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
+        return False
+    return all(
+        any(tolerates(t, taint) for t in tolerations)
+        for taint in node.list("spec", "taints").views()
+        if taint.str("effect") in BLOCKING_EFFECTS
+    )
+
+
+def tolerates(toleration: View, taint: View) -> bool:
+    effect = toleration.str("effect")
+    if effect and effect != taint.str("effect"):
+        return False
+    key = toleration.str("key")
+    if toleration.str("operator") == "Exists":
+        return not key or key == taint.str("key")
+    return key == taint.str("key") and toleration.str("value") == taint.str("value")

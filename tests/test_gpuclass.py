@@ -1,0 +1,99 @@
+"""GPUClass offers (seed 003): availability over eligible nodes, and the three conditions."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from functions.simulate import World, load_documents, world_from
+from tests.support.schemas import ROOT
+
+EXAMPLES = ROOT / "examples" / "gpuclass"
+TOKEN = "c3ludGhldGljLXRva2Vu"  # base64 of a synthetic token: it must never be echoed
+
+
+@pytest.fixture
+def world() -> World:
+    world = world_from([EXAMPLES / "cluster.yaml", EXAMPLES / "classes.yaml"])
+    world.reconcile()
+    return world
+
+
+def conditions(world: World, name: str) -> dict[str, tuple[str, str]]:
+    status = world.get("GPUClass", name)["status"]
+    return {c["type"]: (c["status"], c.get("message", "")) for c in status["conditions"]}
+
+
+def test_free_counts_only_eligible_nodes(world):
+    status = world.get("GPUClass", "example-whole-gpu")["status"]
+    # gpu-a: 4 − 1 used by a launcher; gpu-b is tainted and the class has no toleration; gpu-c is cordoned.
+    assert (status["free"], status["maxFreePerNode"]) == (3, 3)
+    assert conditions(world, "example-whole-gpu")["ResourceNameNotPermitted"][0] == "False"
+    assert conditions(world, "example-whole-gpu")["Ready"][0] == "True"
+    assert conditions(world, "example-byol-vgpu")["Ready"][0] == "False"  # not permitted
+
+
+def test_a_toleration_makes_a_tainted_node_eligible(world):
+    world.patch(
+        "GPUClass",
+        "example-whole-gpu",
+        {
+            "tolerations": [
+                {"key": "gpu", "operator": "Equal", "value": "tenant", "effect": "NoSchedule"}
+            ]
+        },
+    )
+    world.reconcile()
+    status = world.get("GPUClass", "example-whole-gpu")["status"]
+    assert (status["free"], status["maxFreePerNode"]) == (11, 8)
+
+
+def test_an_unpermitted_resource_is_reported(world):
+    message = conditions(world, "example-byol-vgpu")["ResourceNameNotPermitted"]
+    assert message == (
+        "True",
+        "example.com/byol-vgpu is missing from the KubeVirt CR's permittedHostDevices; configure the "
+        "VM-facing GPU path and the table before retrying",
+    )
+
+
+def test_a_missing_license_secret_and_then_a_present_one(world):
+    assert conditions(world, "example-licensed-vgpu")["LicenseSecretMissing"] == (
+        "True",
+        "license Secret example-vgpu-license not found in the license namespace; create it through "
+        "the hoster's secret management",
+    )
+    world.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "example-vgpu-license", "namespace": "cozy-system"},
+            "data": {"client_configuration_token.tok": TOKEN},
+        }
+    )
+    world.reconcile()
+    assert conditions(world, "example-licensed-vgpu")["LicenseSecretMissing"][0] == "False"
+    assert world.get("GPUClass", "example-licensed-vgpu")["status"]["free"] == 8
+    assert TOKEN not in repr(world.get("GPUClass", "example-licensed-vgpu"))
+    assert TOKEN not in repr(world.results)
+
+
+def test_a_second_class_on_the_same_resource_conflicts(world):
+    duplicate = copy.deepcopy(load_documents(EXAMPLES / "classes.yaml")[0])
+    duplicate["metadata"] = {
+        "name": "example-whole-gpu-copy",
+        "creationTimestamp": "2026-11-30T00:00:00Z",
+    }
+    world.get("GPUClass", "example-whole-gpu")["metadata"]["creationTimestamp"] = (
+        "2026-11-01T00:00:00Z"
+    )
+    world.apply(duplicate)
+    world.reconcile()
+    assert conditions(world, "example-whole-gpu-copy")["ResourceNameConflict"] == (
+        "True",
+        "class example-whole-gpu already uses example.com/whole-gpu; this offer is not available — "
+        "give each offer its own advertised resource",
+    )
+    assert world.get("GPUClass", "example-whole-gpu-copy")["status"]["free"] == 0
+    assert conditions(world, "example-whole-gpu")["ResourceNameConflict"][0] == "False"
