@@ -127,6 +127,8 @@ def test_every_example_validates(path):
         group = doc["apiVersion"].rpartition("/")[0]
         if group == "pkg.crossplane.io":
             assert schemas.validate_upstream(doc) == []
+        elif group == "kubevirt.io":
+            assert schemas.validate_kubevirt(doc) == []
         elif group not in ("worker.gpustack.ai", "cozystack.io"):
             assert schemas.validate_core(doc) == []
         else:

@@ -85,6 +85,27 @@ def validate_upstream(obj: dict) -> list[str]:
     return validate_openapi(crd_version_schema(crd, version), obj)
 
 
+@functools.cache
+def _kubevirt_definitions() -> dict:
+    import json
+
+    return json.loads(
+        (require_schemas() / "kubevirt_v1.9.0_vmi_kubevirt_definitions.json").read_text()
+    )["definitions"]
+
+
+def validate_kubevirt(obj: dict) -> list[str]:
+    """Errors of a kubevirt.io/v1 object against KubeVirt's own API definitions."""
+    definition = {"VirtualMachineInstance": "v1.VirtualMachineInstance", "KubeVirt": "v1.KubeVirt"}[
+        obj["kind"]
+    ]
+    schema = {"$ref": f"#/definitions/{definition}", "definitions": _kubevirt_definitions()}
+    validator = jsonschema.Draft4Validator(schema)
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)
+    ]
+
+
 def validate_core(obj: dict) -> list[str]:
     """Errors of a core Kubernetes object against kubernetes-validate's schemas (strict)."""
     try:
