@@ -20,16 +20,7 @@ from typing import Any
 
 from functions.core import labels, quantity
 from functions.core.devices import Allocation, parse_devices
-from functions.core.ledger import (
-    PERCENT,
-    SHARE,
-    AllocationRefused,
-    CardLedger,
-    D,
-    Mode,
-    build_ledger,
-    partition_units,
-)
+from functions.core.ledger import AllocationRefused, CardLedger, Mode, build_ledger, credits_for
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
@@ -77,18 +68,6 @@ def claim_of(limits: Mapping[str, Any]) -> Claim:
         ):
             return Claim("Exclusive", int(value))
     return Claim("")
-
-
-def credits_of(claim: Claim, card_mib: int, profile_mib: int = 0) -> int:
-    if claim.mode == "Exclusive":
-        return claim.cards * D
-    if claim.mode == "Shared":
-        return claim.cards * SHARE
-    if claim.mode == "Sliced":
-        return claim.memory_percentage * PERCENT
-    if claim.mode == "Partitioned":
-        return partition_units(profile_mib, card_mib)
-    return 0
 
 
 def place(cards: list[CardLedger], claim: Claim, pod: str) -> list[Allocation] | None:
@@ -330,7 +309,13 @@ def _try_flavor(world, key, pod, claim, a_key, queue, flavor_entry, flavor) -> b
                 ),
                 0,
             )
-            charge = credits_of(claim, group.memory_mib, profile_mib)
+            charge = credits_for(
+                claim.mode,
+                claim.cards,
+                claim.memory_percentage,
+                profile_mib=profile_mib,
+                card_mib=group.memory_mib,
+            )
             allocations = place(list(ledger.cards), claim, key) or []
             if not allocations:
                 continue

@@ -57,6 +57,28 @@ def partition_units(profile_mib: int, card_mib: int) -> int:
     return profile_mib * D // card_mib
 
 
+def credits_for(
+    mode: str,
+    cards: int = 1,
+    memory_percentage: int = 0,
+    memory_mib: int = 0,
+    profile_mib: int = 0,
+    card_mib: int = 0,
+) -> int:
+    """What Kueue charges for a claim in `credits.gpustack.ai/<manufacturer>` (reference §4.2)."""
+    if mode == "Exclusive":
+        return cards * D
+    if mode == "Shared":
+        return cards * SHARE
+    if mode == "Sliced":
+        if memory_percentage:
+            return slice_units_by_percent(memory_percentage)
+        return slice_units_by_mib(memory_mib, card_mib)
+    if mode == "Partitioned":
+        return partition_units(profile_mib, card_mib)
+    return 0
+
+
 @dataclass(frozen=True)
 class CardLedger:
     id: str

@@ -83,11 +83,6 @@ def flavor_name(g_key: str, os: str, arch: str, count: int, a_key: str | None = 
     return f"gpustack--{g_key}-{os}-{arch}-{count}c"
 
 
-def flavor_count(name: str) -> int:
-    """The per-node count a flavor name ends with (`…-4d` → 4), used to order queue flavors."""
-    return int(re.search(r"-(\d+)[cd]$", name)[1])
-
-
 def pool_name(os: str, arch: str, a_key: str | None = None, g_key: str | None = None) -> str:
     """InstanceType / ClusterQueue name of a pool.
 

@@ -92,13 +92,6 @@ def format_binary(value: int | Fraction) -> str:
     return str(number)
 
 
-def format_like(value: int | Fraction, original: str) -> str:
-    """Render `value` in the format family the user wrote `original` in (binary or decimal)."""
-    if any(original.endswith(suffix) for suffix in BINARY_SUFFIXES):
-        return format_binary(value)
-    return format_decimal(value)
-
-
 def format_mebibytes(mib: int) -> str:
     """Per-card VRAM as the walkthrough labels show it: `24Gi`, `16Gi`, or `15360Mi` if not round."""
     return format_binary(mib * MIB)

@@ -16,12 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from functions.core import quantity
-from functions.core.ledger import (
-    SHARE,
-    D,
-    partition_units,
-    slice_units_by_percent,
-)
+from functions.core.ledger import credits_for
 from functions.core.quantity import GIB, MIB, QuantityError
 
 RESOURCE_NAMES = {
@@ -455,17 +450,24 @@ def accelerator_keys(sized: _Sized | Plan, facts: InstanceTypeFacts) -> dict[str
     return {}
 
 
+MODES = {
+    Shape.WHOLE: "Exclusive",
+    Shape.SHARED: "Shared",
+    Shape.SLICED: "Sliced",
+    Shape.PARTITIONED: "Partitioned",
+}
+
+
 def credits(sized: _Sized | Plan, facts: InstanceTypeFacts) -> int:
     """What Kueue charges the pool's `credits.gpustack.ai/<manufacturer>` for this request."""
-    if sized.shape is Shape.WHOLE:
-        return sized.cards * D
-    if sized.shape is Shape.SHARED:
-        return sized.cards * SHARE
-    if sized.shape is Shape.SLICED:
-        return slice_units_by_percent(sized.memory_percentage)
-    if sized.shape is Shape.PARTITIONED:
-        return partition_units(facts.profiles[sized.profile], facts.card_memory_mib)
-    return 0
+    mode = MODES.get(sized.shape, "")
+    return credits_for(
+        mode,
+        cards=sized.cards,
+        memory_percentage=sized.memory_percentage,
+        profile_mib=facts.profiles.get(sized.profile, 0),
+        card_mib=facts.card_memory_mib,
+    )
 
 
 def overcommitted_requests(
