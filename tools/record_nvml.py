@@ -36,13 +36,7 @@ def record(backend: PynvmlBackend) -> dict:
                     failures[key] = str(error)
             try:
                 reading["profiles"] = [
-                    {
-                        "name": p.name,
-                        "memoryMiB": p.memory_mib,
-                        "computeSlices": p.compute_slices,
-                        "memorySlices": p.memory_slices,
-                        "placements": [{"start": s, "size": z} for s, z in p.placements],
-                    }
+                    p.as_spec()
                     for p in (device.gpu_instance_profiles() if reading.get("migEnabled") else [])
                 ]
                 reading["instances"] = [

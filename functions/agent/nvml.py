@@ -33,6 +33,16 @@ class ProfileReading:
     memory_slices: int
     placements: tuple[tuple[int, int], ...]  # (start, size) in memory slices
 
+    def as_spec(self) -> dict[str, Any]:
+        """As `Devices.spec` (and a recording) write an offered profile."""
+        return {
+            "name": self.name,
+            "memoryMiB": self.memory_mib,
+            "computeSlices": self.compute_slices,
+            "memorySlices": self.memory_slices,
+            "placements": [{"start": start, "size": size} for start, size in self.placements],
+        }
+
 
 @dataclass(frozen=True)
 class InstanceReading:
@@ -238,17 +248,22 @@ class PynvmlDevice:
             return False  # not MIG-capable
         return current == self.nvml.NVML_DEVICE_MIG_ENABLE
 
-    def gpu_instance_profiles(self) -> list[ProfileReading]:
-        nvml, card_mib = self.nvml, self.memory_total_bytes() >> 20
-        found = []
+    def _profile_infos(self):
+        """(name, info) of every GPU-instance profile the card answers for, key-safe ones only."""
+        nvml = self.nvml
         for profile_id in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
             try:
                 info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(self.handle, profile_id)
             except nvml.NVMLError:
                 continue
             name = self._text(info.name).removeprefix("MIG ")
-            if "+" in name or not info.instanceCount:
-                continue  # media-extension and graphics profiles are not key-safe
+            if "+" not in name and info.instanceCount:  # no media-extension or graphics variants
+                yield name, info
+
+    def gpu_instance_profiles(self) -> list[ProfileReading]:
+        card_mib = self.memory_total_bytes() >> 20
+        found = []
+        for name, info in self._profile_infos():
             placements = self._placements(info.id, info.instanceCount)
             if not placements:
                 continue
@@ -278,16 +293,8 @@ class PynvmlDevice:
         import ctypes
 
         nvml, found = self.nvml, []
-        names = {p.name: p for p in self.gpu_instance_profiles()}
         mig_uuids = self._mig_device_uuids()
-        for profile_id in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(self.handle, profile_id)
-            except nvml.NVMLError:
-                continue
-            name = self._text(info.name).removeprefix("MIG ")
-            if name not in names:
-                continue
+        for name, info in self._profile_infos():
             array = (nvml.c_nvmlGpuInstance_t * max(info.instanceCount, 1))()
             count = ctypes.c_uint()
             try:

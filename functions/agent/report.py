@@ -117,16 +117,7 @@ def read_device(nvml: Nvml, index: int) -> dict[str, Any]:
         problems.append(f"{uncorrected} volatile uncorrected ECC errors")
     mig: dict[str, Any] = {"enabled": bool(attempt(device.mig_enabled, False))}
     if mig["enabled"]:
-        mig["profiles"] = [
-            {
-                "name": p.name,
-                "memoryMiB": p.memory_mib,
-                "computeSlices": p.compute_slices,
-                "memorySlices": p.memory_slices,
-                "placements": [{"start": s, "size": z} for s, z in p.placements],
-            }
-            for p in attempt(device.gpu_instance_profiles, [])
-        ]
+        mig["profiles"] = [p.as_spec() for p in attempt(device.gpu_instance_profiles, [])]
         mig["partitions"] = [
             {
                 "profile": i.profile,
