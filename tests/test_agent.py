@@ -329,3 +329,89 @@ def test_the_loop_backs_off_on_api_errors_and_recovers(kubelet):
     agent.run(period=30, stop=stop)
     assert FlakyKube.calls == 2 and agent.writes == 1
     assert waits[0] == 1.0  # the first retry comes after a one-second back-off, not the period
+
+
+class StubPynvml:
+    """Just enough of nvidia-ml-py's surface to drive the real backend without a GPU."""
+
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_Timeout(NVMLError):
+        pass
+
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_DEVICE_MIG_ENABLE = 1, 0, 1
+
+    def __init__(self, cards):
+        self.cards = cards
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"580.159.03"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 13000
+
+    def nvmlDeviceGetCount(self):
+        return len(self.cards)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return self.cards[index]
+
+    def __getattr__(self, name):
+        field = name.removeprefix("nvmlDeviceGet")
+
+        def read(card, *args):
+            value = card[field]
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        return read
+
+
+def test_the_real_backend_reads_through_nvml_calls_and_isolates_a_lost_gpu():
+    from types import SimpleNamespace
+
+    from functions.agent.nvml import PynvmlBackend
+    from functions.agent.report import read_accelerators
+
+    def card(uuid, memory):
+        return {
+            "UUID": uuid.encode(),
+            "MinorNumber": 0,
+            "Name": b"Tesla T4",
+            "MemoryInfo": memory,
+            "MemoryBusWidth": 256,
+            "EccMode": (1, 1),
+            "NumGpuCores": 2560,
+            "CudaComputeCapability": (7, 5),
+            "PciInfo": SimpleNamespace(busId=b"00000000:00:1E.0"),
+            "NumaNodeId": 0,
+            "TotalEccErrors": 0,
+            "MigMode": StubPynvml.NVMLError("Not Supported"),
+        }
+
+    stub = StubPynvml(
+        [
+            card("GPU-ok", SimpleNamespace(total=15360 << 20)),
+            card("GPU-lost", StubPynvml.NVMLError("GPU is lost")),
+        ]
+    )
+    report = read_accelerators(PynvmlBackend(stub))
+    devices = report.vendors[0]["devices"]
+    assert report.vendors[0]["driverVersion"] == "580.159.03"
+    assert report.vendors[0]["runtimeVersion"] == "13.0"
+    assert (devices[0]["uuid"], devices[0]["memoryMiB"], devices[0]["healthy"]) == (
+        "GPU-ok",
+        16384,
+        True,
+    )
+    assert devices[0]["computeCapability"] == "7.5" and devices[0]["mig"] == {"enabled": False}
+    assert (devices[1]["uuid"], devices[1]["healthy"]) == ("GPU-lost", False)
+    assert devices[1]["unhealthyReason"] == "nvmlDeviceGetMemoryInfo: GPU is lost"

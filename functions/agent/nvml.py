@@ -335,10 +335,10 @@ class PynvmlBackend:
         "nvmlEventMigConfigChange",
     )
 
-    def __init__(self):
-        import pynvml
-
-        self.nvml = pynvml
+    def __init__(self, nvml=None):
+        if nvml is None:
+            import pynvml as nvml
+        self.nvml = nvml
         self.events = None
 
     def wait_for_event(self, timeout: float) -> bool | None:
