@@ -57,6 +57,61 @@ def simulate(scenario: Path) -> None:
         click.echo(output)
 
 
+@main.command(name="render")
+@click.argument("composite_resource", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("composition", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("functions", type=click.Path(exists=True, path_type=Path), required=False)
+@click.option(
+    "-r", "--include-function-results", is_flag=True, help="Print results as kind: Result."
+)
+@click.option(
+    "-c", "--include-context", is_flag=True, help="Print the final context as kind: Context."
+)
+@click.option(
+    "-o",
+    "--observed-resources",
+    type=click.Path(exists=True, path_type=Path),
+    multiple=True,
+    help="File or directory of observed composed resources (with their composition-resource-name).",
+)
+@click.option(
+    "-e",
+    "--required-resources",
+    "--extra-resources",
+    type=click.Path(exists=True, path_type=Path),
+    multiple=True,
+    help="File or directory of objects the requirements are matched against.",
+)
+def render_command(
+    composite_resource,
+    composition,
+    functions,
+    include_function_results,
+    include_context,
+    observed_resources,
+    required_resources,
+) -> None:
+    """Render like `crossplane render`, against the real server on loopback (no Docker)."""
+    from functions import preview
+
+    composite = preview.documents([composite_resource])[0]
+    pipeline = preview.documents([composition])[0]
+    try:
+        with preview.local_function() as run:
+            stream = preview.render_stream(
+                run,
+                composite,
+                pipeline,
+                preview.documents(observed_resources),
+                preview.documents(required_resources),
+                include_function_results,
+                include_context,
+            )
+    except preview.PipelineFailed as error:
+        raise click.ClickException(str(error)) from error
+    click.echo(preview.dump(stream), nl=False)
+
+
 def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
     documents = [doc for doc in yaml.safe_load_all(devices_file.read_text()) if doc]
     cluster = catalog.Cluster.of((parse_devices(doc) for doc in documents), settings)

@@ -103,15 +103,18 @@ def run_pipeline(
     composite: Mapping[str, Any],
     observed: Mapping[str, Mapping[str, Any]],
     objects: Iterable[Mapping[str, Any]],
-) -> tuple[fnv1.RunFunctionResponse, list[fnv1.Result]]:
-    """Run every step of a pipeline Composition; a Fatal result stops it there."""
+) -> tuple[fnv1.RunFunctionResponse, list[tuple[str, fnv1.Result]]]:
+    """Run every step of a pipeline Composition; a Fatal result stops it there.
+
+    Returns the last response and every result with the name of the step that returned it.
+    """
     objects = list(objects)
     desired, context, results = None, None, []
     rsp = fnv1.RunFunctionResponse()
     for step in composition["spec"]["pipeline"]:
         req = request(composite, observed, step.get("input", {}), desired, context)
         rsp = run_step(run, req, objects)
-        results.extend(rsp.results)
+        results.extend((step["step"], result) for result in rsp.results)
         if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
             break
         desired, context = rsp.desired, rsp.context

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions import render, standins
 from functions.core.catalog import kubectl_table
 from functions.server import run_function
+from functions.structs import View
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
@@ -49,7 +49,7 @@ class World:
         self.objects: dict[Key, dict] = {}
         self.owned: dict[Key, dict[str, Key]] = {}  # composite → composition-resource-name → object
         self.applied: dict[Key, dict] = {}  # what the composite last applied to each object
-        self.results: dict[Key, list[fnv1.Result]] = {}
+        self.results: dict[Key, list[fnv1.Result]] = {}  # each composite's last results
         self.compositions = {
             doc["spec"]["compositeTypeRef"]["kind"]: doc
             for path in sorted((api / "pipelines").glob("*.yaml"))
@@ -120,8 +120,8 @@ class World:
         rsp, results = render.run_pipeline(
             self.run, self.compositions[key[0]], composite, observed, self.objects.values()
         )
-        self.results[key] = results
-        fatal = [r for r in results if r.severity == fnv1.SEVERITY_FATAL]
+        self.results[key] = [result for _, result in results]
+        fatal = [r for r in self.results[key] if r.severity == fnv1.SEVERITY_FATAL]
         if fatal:  # nothing is applied or garbage collected
             self._set_conditions(
                 composite, [_condition("Synced", "False", "ReconcileError", fatal[0].message)]
@@ -129,14 +129,11 @@ class World:
             return
         desired_names = set(rsp.desired.resources.keys())
         for name in sorted(desired_names):
-            self._apply_composed(
-                key, name, resource.struct_to_dict(rsp.desired.resources[name].resource)
-            )
+            self._apply_composed(key, name, View(rsp.desired.resources[name].resource).to_dict())
         for name in sorted(set(owned) - desired_names):
             child = owned.pop(name)
             self.delete(child[0], child[2], child[1])
-        status = resource.struct_to_dict(rsp.desired.composite.resource).get("status", {})
-        status = json.loads(json.dumps(status), parse_float=_number)
+        status = View(rsp.desired.composite.resource).to_dict().get("status", {})
         ready = all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
         if rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED:
             ready = rsp.desired.composite.ready == fnv1.READY_TRUE
@@ -157,7 +154,6 @@ class World:
         self._set_conditions(composite, conditions)
 
     def _apply_composed(self, owner: Key, name: str, desired: dict) -> None:
-        desired = json.loads(json.dumps(desired), parse_float=_number)
         metadata = desired.setdefault("metadata", {})
         if owner[1]:  # a namespaced composite composes into its own namespace
             metadata["namespace"] = owner[1]
@@ -270,11 +266,6 @@ def _merge(target: dict, patch: Mapping[str, Any]) -> None:
             _merge(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
-
-
-def _number(text: str) -> int | float:
-    value = float(text)
-    return int(value) if value.is_integer() else value
 
 
 def _condition(type_: str, status: str, reason: str, message: str = "") -> dict:

@@ -1,0 +1,87 @@
+"""`gpustack-fn render`: the classic `crossplane render` stream, from the real server on loopback."""
+
+from __future__ import annotations
+
+import yaml
+from click.testing import CliRunner
+
+from functions.cli import main
+from tests.support.schemas import ROOT
+
+WALKTHROUGH = ROOT / "examples" / "walkthrough"
+PIPELINES = ROOT / "compositions" / "pipelines"
+
+
+def render(*args: str):
+    result = CliRunner().invoke(main, ["render", *map(str, args)])
+    return result, [
+        doc for doc in yaml.safe_load_all(result.output) if doc
+    ] if result.exit_code == 0 else []
+
+
+def test_render_the_catalog_against_the_walkthrough_nodes():
+    result, stream = render(
+        WALKTHROUGH / "catalog.yaml",
+        PIPELINES / "catalog.yaml",
+        WALKTHROUGH / "functions.yaml",
+        "-e",
+        WALKTHROUGH / "devices.yaml",
+    )
+    assert result.exit_code == 0, result.output
+    composite, composed = stream[0], stream[1:]
+    assert composite["kind"] == "Catalog"
+    assert {k: composite["status"][k] for k in ("nodes", "flavors", "pools", "accelerators")} == {
+        "nodes": 4,
+        "flavors": 7,
+        "pools": 3,
+        "accelerators": 6,
+    }
+    names = [
+        doc["metadata"]["annotations"]["crossplane.io/composition-resource-name"]
+        for doc in composed
+    ]
+    assert names == sorted(names) and len(names) == 13
+    assert [d["kind"] for d in composed].count("ResourceFlavor") == 7
+    for doc in composed:
+        assert doc["metadata"]["labels"]["crossplane.io/composite"] == "default"
+        assert doc["metadata"]["ownerReferences"][0]["kind"] == "Catalog"
+    assert result.output.startswith("---\napiVersion: worker.gpustack.ai/v1alpha1\nkind: Catalog\n")
+
+
+def test_results_are_printed_with_r_and_a_refusal_is_a_warning():
+    result, stream = render(
+        WALKTHROUGH / "instance-sliced-demo.yaml",
+        PIPELINES / "instance.yaml",
+        "-r",
+        "-e",
+        WALKTHROUGH / "catalog.yaml",
+    )
+    assert result.exit_code == 0, result.output
+    assert stream[0]["status"]["phase"] == "Refused"
+    assert stream[-1] == {
+        "apiVersion": "render.crossplane.io/v1beta1",
+        "kind": "Result",
+        "step": "instance",
+        "severity": "SEVERITY_WARNING",
+        "message": "spec.type: instance type gpustack--nvidia-a10g-linux-amd64 not found: pick one from "
+        "`kubectl get instancetypes`",
+    }
+
+
+def test_a_fatal_result_stops_the_render(tmp_path):
+    broken = yaml.safe_load_all((WALKTHROUGH / "devices.yaml").read_text())
+    node = next(doc for doc in broken if doc["metadata"]["name"] == "node-a10g")
+    del node["spec"]["accelerators"][0]["devices"][0]["memoryMiB"]
+    (tmp_path / "node.yaml").write_text(yaml.safe_dump(node))
+    result, _ = render(tmp_path / "node.yaml", PIPELINES / "devices.yaml")
+    assert result.exit_code == 1
+    assert (
+        "pipeline step 'devices' returned a fatal result: spec.accelerators[0].devices[0].memoryMiB: "
+        "is required; the node agent writes this field" in result.output
+    )
+
+
+def test_a_composition_for_another_kind_is_refused_before_anything_runs():
+    result, _ = render(WALKTHROUGH / "catalog.yaml", PIPELINES / "devices.yaml")
+    assert result.exit_code == 1
+    assert "do not match the XR's (worker.gpustack.ai/v1alpha1, Catalog)" in result.output
