@@ -35,21 +35,22 @@ def _unwrap(value: struct_pb2.Value) -> Any:
 class View:
     """Read-only access to a Struct by key path: `view.get("spec", "unitResources", "cpu")`."""
 
-    __slots__ = ("struct",)
+    __slots__ = ("fields", "struct")
 
     def __init__(self, struct: struct_pb2.Struct | None = None):
         self.struct = struct if struct is not None else struct_pb2.Struct()
+        self.fields = self.struct.fields
 
     def get(self, *path: str, default: Any = None) -> Any:
         if len(path) == 1:  # the common case, without the walk
-            value = self.struct.fields.get(path[0])
+            value = self.fields.get(path[0])
             node = _unwrap(value) if value is not None else None
             return default if node is None else node
         node: Any = self
         for key in path:
             if not isinstance(node, View):
                 return default
-            fields = node.struct.fields
+            fields = node.fields
             if key not in fields:
                 return default
             node = _unwrap(fields[key])

@@ -11,7 +11,7 @@ from typing import Any
 
 from functions.core import names, presets, quantity
 from functions.core.devices import DevicesSpec
-from functions.core.pools import NodeSummary, PoolKey, pools_of, summarize_devices
+from functions.core.pools import GroupFacts, NodeSummary, PoolKey, pools_of, summarize_devices
 
 DISPLAY_NAME_MAX = 64
 
@@ -167,36 +167,48 @@ def catalog_rows(nodes: Iterable[NodeSummary], settings: Settings = DEFAULTS) ->
         if not node.managed:
             continue
         g_key = node.g_key if aware else None
-        for a_key, facts in sorted(node.facts.items()):
-            if node.group_cards.get(a_key, 0) == 0:
-                continue
-            row = {
-                "acceleratable": True,
-                "acceleratorGroup": a_key,
-                "manufacturer": facts.manufacturer,
-                "product": names.label_value(facts.product),
-                "family": facts.family,
-                "memory": quantity.format_mebibytes(facts.memory_mib),
-                "cores": str(facts.cores),
-                "sliceable": facts.slice_slots > 0,
-            }
-            if g_key:
-                row["generalGroup"] = g_key
-            rows.setdefault(names.catalog_flavor_name(a_key, g_key), dict(sorted(row.items())))
-        if node.cpu_cores > 0 and (settings.mixed_on_node or not node.accelerated):
-            if g_key:
-                row = {
-                    "acceleratable": False,
-                    "generalGroup": g_key,
-                    "manufacturer": names.cpu_manufacturer(g_key),
-                    "product": node.cpu.model_name,
-                    "family": node.cpu.family,
-                }
-            else:
-                row = {
-                    "acceleratable": False,
-                    "generalGroup": names.GENERIC,
-                    "manufacturer": names.GENERIC,
-                }
-            rows.setdefault(names.catalog_flavor_name(None, g_key), dict(sorted(row.items())))
+        for a_key, group in sorted(node.groups.items()):
+            name = names.catalog_flavor_name(a_key, g_key)
+            if group.total_cards and name not in rows:  # hardware facts only for a new row
+                rows[name] = accelerated_row(a_key, node.facts[a_key], g_key)
+        name = names.catalog_flavor_name(None, g_key)
+        if (
+            name not in rows
+            and node.cpu_cores > 0
+            and (settings.mixed_on_node or not node.accelerated)
+        ):
+            rows[name] = cpu_row(node, g_key)
     return dict(sorted(rows.items()))
+
+
+def accelerated_row(a_key: str, facts: GroupFacts, g_key: str | None) -> dict:
+    row = {
+        "acceleratable": True,
+        "acceleratorGroup": a_key,
+        "manufacturer": facts.manufacturer,
+        "product": names.label_value(facts.product),
+        "family": facts.family,
+        "memory": quantity.format_mebibytes(facts.memory_mib),
+        "cores": str(facts.cores),
+        "sliceable": facts.slice_slots > 0,
+    }
+    if g_key:
+        row["generalGroup"] = g_key
+    return dict(sorted(row.items()))
+
+
+def cpu_row(node: NodeSummary, g_key: str | None) -> dict:
+    if not g_key:
+        return {
+            "acceleratable": False,
+            "generalGroup": names.GENERIC,
+            "manufacturer": names.GENERIC,
+        }
+    row = {
+        "acceleratable": False,
+        "generalGroup": g_key,
+        "manufacturer": names.cpu_manufacturer(g_key),
+        "product": node.cpu.model_name,
+        "family": node.cpu.family,
+    }
+    return dict(sorted(row.items()))

@@ -80,6 +80,9 @@ def summary_status(summary: NodeSummary) -> dict[str, Any]:
         row: dict[str, Any] = {"key": key}
         row.update({camel: getattr(facts, attr) for attr, camel in _FACT_FIELDS.items()})
         row.update({camel: getattr(counts, attr) for attr, camel in _COUNT_FIELDS.items()})
+        # The same figures as one list, in _COUNT_FIELDS order: pools read thousands of rows,
+        # and one list costs a fraction of eleven lookups.
+        row["counts"] = [getattr(counts, attr) for attr in _COUNT_FIELDS]
         if facts.profiles:
             row["profiles"] = [
                 {"name": p.name, "memoryMiB": p.memory_mib, "count": p.count}
@@ -122,13 +125,16 @@ def summary_from_status(node: str, status: Any) -> NodeSummary:
     over the protobuf Struct): counts are read now, the hardware facts only if asked for.
     """
     groups = {}
-    for row in status.get("groups") or ():
-        values = dict(row.items())
-        groups[values["key"]] = GroupSummary(
-            **{attr: int(values.get(camel) or 0) for attr, camel in _COUNT_FIELDS.items()},
-            allocated_profiles=_profile_counts(values.get("allocatedProfiles")),
-            remaining_profiles=_profile_counts(values.get("remainingProfiles")),
-        )
+    for row in status.get("groups") or ():  # only the counts: a pool reads thousands of these
+        packed = row.get("counts")
+        if packed is not None:
+            counts = dict(zip(_COUNT_FIELDS, map(int, packed), strict=True))
+        else:
+            counts = {attr: int(row.get(camel) or 0) for attr, camel in _COUNT_FIELDS.items()}
+        if counts["partition_capacity"]:
+            counts["allocated_profiles"] = _profile_counts(row.get("allocatedProfiles"))
+            counts["remaining_profiles"] = _profile_counts(row.get("remainingProfiles"))
+        groups[row.get("key")] = GroupSummary(**counts)
     cores = int(status.get("cpuCores") or 0)
     return NodeSummary(
         node=node,
