@@ -12,7 +12,7 @@ import datetime
 from functions.core import labels, names, quantity
 from functions.core.catalog import Settings, unit_display
 from functions.core.flavors import derive_flavors, queue_flavors, resource_groups
-from functions.core.pools import NodeSummary, PoolKey, pool_views
+from functions.core.pools import NodeSummary, PoolKey, PoolViews, pool_views
 from functions.frame import Handler, InputError, Output, Request, Requirement
 from functions.handlers.common import API, CATALOG, catalog_settings, condition_status, node_summary
 from functions.structs import View
@@ -58,41 +58,19 @@ class InstanceTypeHandler(Handler):
     def compose(self, request: Request, out: Output) -> None:
         pool = pool_of(request)
         settings = catalog_settings(request)
-        name = request.xr.name
         nodes = [node_summary(d, settings) for d in request.required("devices") or []]
         observed_queue = request.observed("clusterqueue")
         flavors = queue_flavors(pool, derive_flavors(nodes, settings.mixed_on_node))
         stop_policy = desired_stop_policy(request, bool(flavors), observed_queue, settings)
-        draining = (
-            stop_policy == "HoldAndDrain" or queue_stop_policy(observed_queue) == "HoldAndDrain"
-        )
+        draining = "HoldAndDrain" in (stop_policy, queue_stop_policy(observed_queue))
         views = pool_views(
             pool, nodes, settings.mixed_on_node, reserved_cpu(observed_queue), draining
         )
-        manufacturer = pool_manufacturer(pool, nodes)
 
-        queue = {
-            "apiVersion": KUEUE,
-            "kind": "ClusterQueue",
-            "metadata": {
-                "name": name,
-                "labels": labels.pool_labels(pool.os, pool.arch, pool.a_key, pool.g_key),
-            },
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": resource_groups(pool, flavors, manufacturer),
-                "flavorFungibility": {
-                    "whenCanBorrow": "TryNextFlavor",
-                    "whenCanPreempt": "MayStopSearch",
-                },
-                "preemption": {
-                    "reclaimWithinCohort": "Never",
-                    "borrowWithinCohort": {"policy": "Never"},
-                    "withinClusterQueue": "LowerPriority",
-                },
-                "stopPolicy": stop_policy,
-            },
-        }
+        queue = cluster_queue(
+            request.xr.name, pool, resource_groups(pool, flavors, pool_manufacturer(pool, nodes))
+        )
+        queue["spec"]["stopPolicy"] = stop_policy
         if (
             pool.acceleratable
             and settings.node_devices_admission_check
@@ -104,48 +82,79 @@ class InstanceTypeHandler(Handler):
         out.compose(
             "clusterqueue", queue, ready=condition_status(observed_queue, "Active") == "True"
         )
-
-        entrance = names.entrance(name)
         for namespace in queue_namespaces(request, settings):
             key = f"localqueue-{namespace}"
-            local_queue = {
-                "apiVersion": KUEUE,
-                "kind": "LocalQueue",
-                "metadata": {
-                    "name": entrance,
-                    "namespace": namespace,
-                    "annotations": {QUEUE_ANNOTATION: name},
-                },
-                "spec": {"clusterQueue": name},
-            }
-            out.compose(
-                key, local_queue, ready=condition_status(request.observed(key), "Active") == "True"
-            )
+            ready = condition_status(request.observed(key), "Active") == "True"
+            out.compose(key, local_queue(request.xr.name, namespace), ready=ready)
+        out.status = pool_status(request, pool, nodes, views, observed_queue)
 
-        phase, message = queue_phase(observed_queue)
-        spec = request.xr.view("spec").to_dict()
-        status = {
-            "phase": phase,
-            "entrance": entrance,
-            "accelerator": views.accelerators.exclusive.as_status(),
-            "acceleratorShared": views.accelerators.shared.as_status(),
-            "acceleratorSliced": views.accelerators.sliced.as_status(),
-            "acceleratorPartitioned": views.accelerators.partitioned.as_status(),
-            "nodes": len(views.nodes),
-            "largestNodeCards": views.largest_node_cards,
-            "largestNodeCores": views.largest_node_cores,
-            "detail": detail(pool, nodes, views.nodes),
-            "display": {
-                "unit": unit_display(spec),
-                "accelerator": views.accelerators.display,
-                "cpu": views.cpu.display,
+
+def cluster_queue(name: str, pool: PoolKey, groups: list[dict]) -> dict:
+    """The pool's ClusterQueue: no cohort, so no borrowing; lower priorities preempted within it."""
+    return {
+        "apiVersion": KUEUE,
+        "kind": "ClusterQueue",
+        "metadata": {
+            "name": name,
+            "labels": labels.pool_labels(pool.os, pool.arch, pool.a_key, pool.g_key),
+        },
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": groups,
+            "flavorFungibility": {
+                "whenCanBorrow": "TryNextFlavor",
+                "whenCanPreempt": "MayStopSearch",
             },
-        }
-        if not pool.acceleratable:
-            status["cpu"] = views.cpu.as_status()
-        if message:
-            status["phaseMessage"] = message
-        out.status = status
+            "preemption": {
+                "reclaimWithinCohort": "Never",
+                "borrowWithinCohort": {"policy": "Never"},
+                "withinClusterQueue": "LowerPriority",
+            },
+        },
+    }
+
+
+def local_queue(pool_name: str, namespace: str) -> dict:
+    """The entrance: a LocalQueue named by the pool's FNV-1a hash, in one namespace."""
+    return {
+        "apiVersion": KUEUE,
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": names.entrance(pool_name),
+            "namespace": namespace,
+            "annotations": {QUEUE_ANNOTATION: pool_name},
+        },
+        "spec": {"clusterQueue": pool_name},
+    }
+
+
+def pool_status(
+    request: Request, pool: PoolKey, nodes: list[NodeSummary], views: PoolViews, queue: View | None
+) -> dict:
+    phase, message = queue_phase(queue)
+    accelerators = views.accelerators
+    status = {
+        "phase": phase,
+        "entrance": names.entrance(request.xr.name),
+        "accelerator": accelerators.exclusive.as_status(),
+        "acceleratorShared": accelerators.shared.as_status(),
+        "acceleratorSliced": accelerators.sliced.as_status(),
+        "acceleratorPartitioned": accelerators.partitioned.as_status(),
+        "nodes": len(views.nodes),
+        "largestNodeCards": views.largest_node_cards,
+        "largestNodeCores": views.largest_node_cores,
+        "detail": detail(pool, nodes, views.nodes),
+        "display": {
+            "unit": unit_display(request.xr.view("spec").to_dict()),
+            "accelerator": accelerators.display,
+            "cpu": views.cpu.display,
+        },
+    }
+    if not pool.acceleratable:
+        status["cpu"] = views.cpu.as_status()
+    if message:
+        status["phaseMessage"] = message
+    return status
 
 
 def queue_stop_policy(queue: View | None) -> str:
