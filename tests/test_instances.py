@@ -458,3 +458,34 @@ def test_every_composed_object_validates_against_the_kubernetes_schemas(world):
     for obj in world.list("Instance") + world.list("InstancePersistentVolume"):
         assert schemas.validate_xr(obj) == [], obj["metadata"]["name"]
     assert checked >= 5
+
+
+def test_a_legacy_claim_composes_the_pod_in_the_claims_namespace(world):
+    from functions import preview
+    from functions.server import run_function
+
+    claim = example("instance-sliced-demo.yaml")
+    composite = {
+        "apiVersion": claim["apiVersion"],
+        "kind": "XInstance",
+        "metadata": {
+            "name": "sliced-demo-x7k2p",
+            "labels": {
+                "crossplane.io/claim-name": "sliced-demo",
+                "crossplane.io/claim-namespace": "default",
+            },
+        },
+        "spec": claim["spec"],
+    }
+    composition = load_documents(ROOT / "compositions" / "legacy" / "pipelines" / "instance.yaml")[
+        0
+    ]
+    stream = preview.render_stream(
+        run_function, composite, composition, required=world.objects.values()
+    )
+    pod = next(doc for doc in stream if doc["kind"] == "Pod")
+    assert (pod["metadata"]["name"], pod["metadata"]["namespace"]) == ("sliced-demo", "default")
+    assert (
+        pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpustack-fnv64-c4680bb149644f1c"
+    )
+    assert schemas.validate_xr(composite, legacy=True) == []
