@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from functions.core.quantity import GIB
 from functions.core.requests import InstanceTypeFacts, Plan, Refusal, Shape, plan
@@ -270,3 +272,49 @@ def test_a_slice_on_a_type_whose_detail_is_not_published_waits():
             "InstanceTypeNotReady",
         )
     ]
+
+
+quantities = st.one_of(
+    st.none(),
+    st.integers(-3, 20),
+    st.sampled_from(["1", "2", "500m", "1500m", "64Gi", "0", "-1", "bogus", "1e3", "200Gi"]),
+)
+resources = st.fixed_dictionaries(
+    {},
+    optional={
+        "accelerator": quantities,
+        "cpu": quantities,
+        "ram": quantities,
+        "localStorage": quantities,
+        "acceleratorShared": st.integers(-2, 12),
+        "acceleratorSlicedMemoryPercentage": st.integers(-10, 120),
+        "acceleratorSlicedCoresPercentage": st.integers(-10, 120),
+        "acceleratorPartitionedProfile": st.sampled_from(
+            ["", "3g.40gb", "1g.10gb", "9g.99gb", "bad/name"]
+        ),
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(spec=resources, facts=st.sampled_from([A10G, H100_MIG, GENERIC]), overcommit=st.booleans())
+def test_every_request_is_either_planned_within_its_bounds_or_refused_by_field(
+    spec, facts, overcommit
+):
+    result = plan(spec, facts, overcommit)
+    if isinstance(result, list):
+        assert result and all(
+            r.field.startswith(("spec.resources", "spec.type")) and r.message for r in result
+        )
+        return
+    assert (
+        0 <= result.credits <= facts.largest_node_cards * 1_600_000 or facts.largest_node_cards == 0
+    )
+    assert result.cards <= max(facts.largest_node_cards, 1)
+    assert result.cpu > 0 and result.ram >= 0 and 0 < result.local_storage <= facts.local_storage
+    for key in result.requests:
+        assert result.requests[key] == result.limits[key] or key in (
+            "cpu",
+            "memory",
+            "ephemeral-storage",
+        )
