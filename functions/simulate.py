@@ -70,13 +70,11 @@ class World:
             existing = self.objects.get(key)
             if existing is not None and "status" in existing:
                 obj.setdefault("status", existing["status"])
-            if existing is not None:
-                obj["metadata"].setdefault("uid", existing["metadata"].get("uid"))
-                obj["metadata"]["generation"] = existing["metadata"].get("generation", 1) + (
-                    existing.get("spec") != obj.get("spec")
-                )
-            else:
+            if existing is None:
                 obj["metadata"].setdefault("generation", 1)
+            else:  # the API server bumps the generation when the spec changes
+                changed = existing.get("spec") != obj.get("spec")
+                obj["metadata"]["generation"] = existing["metadata"].get("generation", 1) + changed
             self.objects[key] = obj
 
     def patch(self, kind: str, name: str, spec: Mapping[str, Any], namespace: str = "") -> None:

@@ -25,6 +25,7 @@ from functions.core.ledger import AllocationRefused, CardLedger, Mode, build_led
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 ALLOCATION_ANNOTATION = "device.gpustack.ai/accelerator.allocated"
+LAUNCHED_BY = "sim.gpustack.ai/launched-by"
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,9 @@ def cpu_request(pod_spec: Mapping[str, Any]) -> int:
 
 
 def run_cluster(world) -> None:
-    """One pass of storage, Kueue, the scheduler, the device plugin and the agents."""
+    """One pass of storage, KubeVirt, Kueue, the scheduler, the device plugin and the agents."""
     _bind_claims(world)
+    _run_virtual_machines(world)
     pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in world.list("Pod")}
     _release_allocations_of_gone_pods(world, pods)
     for key in sorted(pods):
@@ -191,6 +193,105 @@ def run_cluster(world) -> None:
         if not pod["spec"].get("nodeName"):
             _admit_and_bind(world, key, pod)
     _report_queue_usage(world, pods)
+
+
+def _run_virtual_machines(world) -> None:
+    """KubeVirt: a VMI runs, through a virt-launcher Pod holding its GPUs, on the first Ready,
+    uncordoned node it tolerates that has the units free; otherwise it stays Scheduling."""
+    vmis = {
+        (v["metadata"]["namespace"], f"virt-launcher-{v['metadata']['name']}"): v
+        for v in world.list("VirtualMachineInstance")
+    }
+    for pod in world.list("Pod"):  # a launcher this stand-in started goes with its VMI
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if LAUNCHED_BY in (pod["metadata"].get("annotations") or {}) and key not in vmis:
+            world.delete("Pod", key[1], key[0])
+    for (namespace, name), vmi in sorted(vmis.items()):
+        if vmi.get("status", {}).get("phase") == "Running":
+            continue
+        wanted: dict[str, int] = {}
+        for gpu in vmi["spec"]["domain"]["devices"].get("gpus", []):
+            wanted[gpu["deviceName"]] = wanted.get(gpu["deviceName"], 0) + 1
+        node = _node_for(world, vmi["spec"], wanted)
+        if node is None:
+            ready = {"type": "Ready", "status": "False", "reason": "Unschedulable"}
+            vmi["status"] = {"phase": "Scheduling", "conditions": [ready]}
+            continue
+        limits = {resource: str(count) for resource, count in wanted.items()}
+        world.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": {"kubevirt.io": "virt-launcher"},
+                    "annotations": {LAUNCHED_BY: "simulate"},
+                },
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {
+                            "name": "compute",
+                            "image": "virt-launcher",
+                            "resources": {"limits": limits},
+                        }
+                    ],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
+        vmi["status"] = {
+            "phase": "Running",
+            "nodeName": node,
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "interfaces": [{"ipAddress": f"10.245.0.{len(vmis)}"}],
+        }
+
+
+def _node_for(world, spec: Mapping[str, Any], wanted: Mapping[str, int]) -> str | None:
+    used: dict[tuple[str, str], int] = {}
+    for pod in world.list("Pod"):
+        for container in pod["spec"].get("containers", []):
+            for resource, value in container.get("resources", {}).get("limits", {}).items():
+                key = (pod["spec"].get("nodeName", ""), resource)
+                used[key] = used.get(key, 0) + int(quantity.parse(value))
+    tolerated = spec.get("tolerations") or []
+    for node in sorted(world.list("Node"), key=lambda n: n["metadata"]["name"]):
+        name, status = node["metadata"]["name"], node.get("status", {})
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions", [])
+        )
+        if not ready or node.get("spec", {}).get("unschedulable"):
+            continue
+        taints = [
+            t
+            for t in node.get("spec", {}).get("taints", [])
+            if t.get("effect") in ("NoSchedule", "NoExecute")
+        ]
+        if any(not any(_tolerates(t, taint) for t in tolerated) for taint in taints):
+            continue
+        node_labels_ = node["metadata"].get("labels", {})
+        if any(node_labels_.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+            continue
+        allocatable = status.get("allocatable", {})
+        if all(
+            int(quantity.parse(allocatable.get(r, "0"))) - used.get((name, r), 0) >= n
+            for r, n in wanted.items()
+        ):
+            return name
+    return None
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value") == taint.get(
+        "value"
+    )
 
 
 def _bind_claims(world) -> None:

@@ -414,8 +414,9 @@ REFUSALS = [
     ),
     (
         {"spec": {"runtime": "VirtualMachine"}},
-        "RuntimeNotServed",
-        "spec.runtime: the VirtualMachine runtime needs the GPUClass integration, which this version does not serve yet: use runtime Container",
+        "InvalidForVirtualMachine",
+        "spec.resources.accelerator: a VirtualMachine takes its GPUs through spec.gpus and mounts only its "
+        "workspace disk: clear spec.resources.accelerator",
     ),
 ]
 

@@ -48,7 +48,7 @@ class GPUClassHandler(Handler):
     def compose(self, request: Request, out: Output) -> None:
         spec = request.xr.view("spec")
         resource = spec.str("source", "devicePlugin", "resourceName")
-        conflict = conflicting_class(request, resource)
+        conflict = conflicting_class_of(request.xr, request.required("classes") or [])
         permitted = is_permitted(request.required("kubevirt"), resource)
         license_problem = license_missing(request, spec)
 
@@ -85,11 +85,12 @@ class GPUClassHandler(Handler):
         out.composite_ready = conflict is None and permitted and license_problem is None
 
 
-def conflicting_class(request: Request, resource: str) -> str | None:
+def conflicting_class_of(gpu_class: View, classes: list[View]) -> str | None:
     """The older class (by creation, then name) that advertises the same resource, if any."""
-    mine = (request.xr.str("metadata", "creationTimestamp"), request.xr.name)
-    for other in request.required("classes") or []:
-        if other.name == request.xr.name:
+    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
+    mine = (gpu_class.str("metadata", "creationTimestamp"), gpu_class.name)
+    for other in classes:
+        if other.name == gpu_class.name:
             continue
         if other.str("spec", "source", "devicePlugin", "resourceName") != resource:
             continue

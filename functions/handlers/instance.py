@@ -22,7 +22,7 @@ from functions.core.catalog import Settings
 from functions.core.quantity import MIB, QuantityError
 from functions.core.requests import InstanceTypeFacts, Refusal, plan
 from functions.frame import Handler, InputError, Output, Request, Requirement
-from functions.handlers import volumes
+from functions.handlers import vm, volumes
 from functions.handlers.common import API, CATALOG, catalog_settings, condition_status
 from functions.handlers.pod import RUNTIME_CLASSES, PodInputs, render_pod, render_service
 from functions.structs import View
@@ -64,6 +64,8 @@ class InstanceHandler(Handler):
             found["instancetype"] = Requirement(API, "InstanceType", match_name=spec.str("type"))
         if spec.str("nodeName"):
             found["node"] = Requirement("v1", "Node", match_name=spec.str("nodeName"))
+        if spec.str("runtime") == "VirtualMachine":
+            found |= vm_requirements(request)
         if volumes.claims(spec):
             found["claims"] = Requirement(
                 "v1", "PersistentVolumeClaim", namespace=request.namespace
@@ -143,21 +145,15 @@ class InstanceComposer:
                     "ReservedNamespace",
                 )
             )
-        if self.spec.str("runtime") == "VirtualMachine":
-            raise Refused(
-                Refusal(
-                    "spec.runtime",
-                    "the VirtualMachine runtime needs the GPUClass integration, which this version "
-                    "does not serve yet: use runtime Container",
-                    "RuntimeNotServed",
-                )
-            )
         instance_type = self.instance_type()
         if instance_type is None:
             return
         self.check_gates_and_shape()
         hostname = self.pinned_hostname()
         facts = facts_of(instance_type)
+        if self.spec.str("runtime") == "VirtualMachine":
+            self.start_vm(facts, self.claim_placement(hostname))
+            return
         result = plan(self.spec.view("resources").to_dict(), facts, self.settings.overcommit)
         if isinstance(result, list):
             not_ready = [r for r in result if r.reason == "InstanceTypeNotReady"]
@@ -285,6 +281,60 @@ class InstanceComposer:
             )
         return hostname or where.node
 
+    def start_vm(self, facts: InstanceTypeFacts, hostname: str | None) -> None:
+        """A VMI: CPU and memory from the InstanceType, GPUs from the gpus entries."""
+        resources = self.spec.view("resources").to_dict()
+        taken = sorted(k for k in resources if k.startswith("accelerator"))
+        if taken or self.spec.has("additionalVolumes"):
+            field = f"spec.resources.{taken[0]}" if taken else "spec.additionalVolumes"
+            raise Refused(
+                Refusal(
+                    field,
+                    "a VirtualMachine takes its GPUs through spec.gpus and mounts only its workspace "
+                    f"disk: clear {field}",
+                    "InvalidForVirtualMachine",
+                )
+            )
+        if facts.acceleratable:
+            resources["accelerator"] = "0"  # size one unit of the type, take no card
+        sized = plan(resources, facts, overcommit=False)
+        if isinstance(sized, list):
+            raise Refused(*(Refusal(r.field, r.message, "InvalidResources") for r in sized))
+        required = [self.request.required(n) for n in ("gpuclasses", "kubevirt", "nodes")]
+        if any(found is None for found in required):
+            raise Waiting("ReadingGPUClasses", "spec.gpus: reading the GPU classes")
+        entries = list(self.spec.list("gpus").views())
+        resolved = vm.resolve(entries, *required, self.settings.vgpu_entitlement)
+        if isinstance(resolved, list):
+            raise Refused(*resolved)
+        if resolved.license_secret and not self.deliver_license(resolved.license_secret):
+            return
+        observed = self.request.observed("vmi")
+        vmi = vm.render_vmi(self.spec, self.name, self.namespace, sized, resolved, hostname)
+        self.out.compose("vmi", vmi, ready=vm.vmi_phase(observed)[0] == "Ready")
+        self.out.condition(ADMITTED, True, "VirtualMachineInstanceComposed")
+        self.out.status = vm.vmi_status(observed)
+
+    def deliver_license(self, source_name: str) -> bool:
+        """Copy the license Secret into the tenant's namespace; True once the copy exists."""
+        found = self.request.required("license")
+        namespace = self.settings.license_namespace
+        if not found or not found[0].str("data", vm.LICENSE_KEY):
+            raise Waiting(
+                "WaitingForLicense",
+                f"spec.gpus: waiting for license Secret {source_name} in {namespace} (key "
+                f"{vm.LICENSE_KEY}); the VM starts once it exists and never boots unlicensed",
+            )
+        copied = self.request.observed("license") is not None
+        self.out.compose(
+            "license", vm.license_copy(self.name, self.namespace, found[0]), ready=copied
+        )
+        if not copied:
+            self.wait(
+                "WaitingForLicense", "spec.gpus: copying the license Secret into the namespace"
+            )
+        return copied
+
     def runtime_class(self, manufacturer: str) -> str | None:
         wanted = RUNTIME_CLASSES.get(manufacturer)
         classes = {c.name for c in self.request.required("runtimeclasses") or []}
@@ -317,6 +367,23 @@ class InstanceComposer:
         self.out.condition(ADMITTED, False, reason, message)
         self.out.status = {"phase": "Starting", "phaseMessage": message}
         self.out.composite_ready = False
+
+
+def vm_requirements(request: Request) -> dict[str, Requirement]:
+    """GPU classes, KubeVirt's permitted devices and the nodes; once the classes are read, the
+    license Secret of a licensed vGPU class they name (the same selector on every later call)."""
+    found = {
+        "gpuclasses": Requirement("cozystack.io/v1alpha1", "GPUClass"),
+        "kubevirt": Requirement("kubevirt.io/v1", "KubeVirt"),
+        "nodes": Requirement("v1", "Node"),
+    }
+    named = {e.str("className") for e in request.xr.list("spec", "gpus").views()}
+    for gpu_class in request.required("gpuclasses") or []:
+        secret = gpu_class.str("spec", "license", "secretName")
+        if gpu_class.name in named and gpu_class.str("spec", "mode") == "vgpu" and secret:
+            namespace = catalog_settings(request).license_namespace
+            found["license"] = Requirement("v1", "Secret", match_name=secret, namespace=namespace)
+    return found
 
 
 def volume_refusals(spec: View) -> list[Refusal]:
