@@ -388,8 +388,8 @@ def _size(
         shape=shape,
         cards=cards,
         cpu=cpu,
-        ram=quantity.floor(ram),
-        local_storage=quantity.floor(storage),
+        ram=quantity.ceil(ram),  # a byte count rounds up, as Kubernetes reads quantities
+        local_storage=quantity.ceil(storage),
         unit_count=unit_count,
         memory_percentage=memory_pct,
         cores_percentage=cores_pct,
