@@ -85,3 +85,36 @@ def test_a_composition_for_another_kind_is_refused_before_anything_runs():
     result, _ = render(WALKTHROUGH / "catalog.yaml", PIPELINES / "devices.yaml")
     assert result.exit_code == 1
     assert "do not match the XR's (worker.gpustack.ai/v1alpha1, Catalog)" in result.output
+
+
+def test_observed_resources_feed_the_status(tmp_path):
+    """-o: an observed ClusterQueue that Kueue marked Active makes the InstanceType Active."""
+    from functions.simulate import world_from
+
+    world = world_from(
+        [WALKTHROUGH / n for n in ("devices.yaml", "nodes.yaml", "namespaces.yaml", "catalog.yaml")]
+    )
+    world.reconcile()
+    queue = world.get("ClusterQueue", "gpustack--nvidia-a10g-linux-amd64")
+    (tmp_path / "observed.yaml").write_text(yaml.safe_dump(queue))
+    (tmp_path / "xr.yaml").write_text(
+        yaml.safe_dump(world.get("InstanceType", "gpustack--nvidia-a10g-linux-amd64"))
+    )
+    (tmp_path / "required.yaml").write_text(
+        yaml.safe_dump_all(
+            [*world.list("Devices"), *world.list("Namespace"), world.get("Catalog", "default")]
+        )
+    )
+    result, stream = render(
+        tmp_path / "xr.yaml",
+        PIPELINES / "instancetype.yaml",
+        "-o",
+        tmp_path / "observed.yaml",
+        "-e",
+        tmp_path / "required.yaml",
+    )
+    assert result.exit_code == 0, result.output
+    status = stream[0]["status"]
+    assert (status["phase"], status["display"]["accelerator"]) == ("Active", "1/1 1/10 100/100 0/0")
+    kinds = [doc["kind"] for doc in stream[1:]]
+    assert kinds == ["ClusterQueue", "LocalQueue", "LocalQueue"]
