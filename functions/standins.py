@@ -18,9 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from crossplane.function.resource import dict_to_struct
+
 from functions.core import labels, quantity
 from functions.core.devices import Allocation, parse_devices
 from functions.core.ledger import AllocationRefused, CardLedger, Mode, build_ledger, credits_for
+from functions.handlers.gpuclass import eligible
+from functions.structs import View
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
@@ -259,18 +263,7 @@ def _node_for(world, spec: Mapping[str, Any], wanted: Mapping[str, int]) -> str 
     tolerated = spec.get("tolerations") or []
     for node in sorted(world.list("Node"), key=lambda n: n["metadata"]["name"]):
         name, status = node["metadata"]["name"], node.get("status", {})
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions", [])
-        )
-        if not ready or node.get("spec", {}).get("unschedulable"):
-            continue
-        taints = [
-            t
-            for t in node.get("spec", {}).get("taints", [])
-            if t.get("effect") in ("NoSchedule", "NoExecute")
-        ]
-        if any(not any(_tolerates(t, taint) for t in tolerated) for taint in taints):
+        if not eligible(View(dict_to_struct(node)), tolerated):  # the gpuclass handler's rule
             continue
         node_labels_ = node["metadata"].get("labels", {})
         if any(node_labels_.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
@@ -282,16 +275,6 @@ def _node_for(world, spec: Mapping[str, Any], wanted: Mapping[str, int]) -> str 
         ):
             return name
     return None
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and toleration.get("value") == taint.get(
-        "value"
-    )
 
 
 def _bind_claims(world) -> None:

@@ -12,6 +12,8 @@ bytes are only tested for presence; they never appear in any output.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
+from typing import Any
 
 from functions.core import quantity
 from functions.core.quantity import QuantityError
@@ -158,7 +160,7 @@ def units_requested(pod: View, resource: str) -> int:
     return total
 
 
-def eligible(node: View, tolerations: list[View]) -> bool:
+def eligible(node: View, tolerations: list[Mapping[str, Any]]) -> bool:
     """Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated by the class."""
     if condition_status(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
         return False
@@ -169,11 +171,14 @@ def eligible(node: View, tolerations: list[View]) -> bool:
     )
 
 
-def tolerates(toleration: View, taint: View) -> bool:
-    effect = toleration.str("effect")
-    if effect and effect != taint.str("effect"):
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """Kubernetes' toleration rule (Equal by default); reads dicts and Struct views alike."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != (taint.get("effect") or ""):
         return False
-    key = toleration.str("key")
-    if toleration.str("operator") == "Exists":
-        return not key or key == taint.str("key")
-    return key == taint.str("key") and toleration.str("value") == taint.str("value")
+    key = toleration.get("key") or ""
+    if toleration.get("operator") == "Exists":
+        return not key or key == taint.get("key")
+    return key == (taint.get("key") or "") and (toleration.get("value") or "") == (
+        taint.get("value") or ""
+    )
