@@ -138,41 +138,11 @@ def rendered_composite(composite: dict, rsp: fnv1.RunFunctionResponse) -> dict:
     if composite["metadata"].get("namespace"):
         metadata["namespace"] = composite["metadata"]["namespace"]
     status = View(rsp.desired.composite.resource).to_dict().get("status", {})
-    ready = all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
-    if rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED:
-        ready = rsp.desired.composite.ready == fnv1.READY_TRUE
-    unready = sorted(n for n, r in rsp.desired.resources.items() if r.ready != fnv1.READY_TRUE)
+    # Render pins transition times so its output is stable.
     conditions = [
-        {
-            "type": "Ready",
-            "status": "True" if ready else "False",
-            "reason": "Available" if ready else "Creating",
-            "lastTransitionTime": "2024-01-01T00:00:00Z",
-            **(
-                {"message": f"Unready resources: {', '.join(unready)}"}
-                if not ready and unready
-                else {}
-            ),
-        },
-        {
-            "type": "Synced",
-            "status": "True",
-            "reason": "ReconcileSuccess",
-            "lastTransitionTime": "2024-01-01T00:00:00Z",
-        },
+        {**c, "lastTransitionTime": "2024-01-01T00:00:00Z"}
+        for c in render.composite_conditions(rsp)
     ]
-    for condition in rsp.conditions:
-        conditions.append(
-            {
-                "type": condition.type,
-                "status": fnv1.Status.Name(condition.status)
-                .removeprefix("STATUS_CONDITION_")
-                .title(),
-                "reason": condition.reason,
-                "lastTransitionTime": "2024-01-01T00:00:00Z",
-                **({"message": condition.message} if condition.message else {}),
-            }
-        )
     return {
         "apiVersion": composite["apiVersion"],
         "kind": composite["kind"],

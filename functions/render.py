@@ -119,3 +119,25 @@ def run_pipeline(
             break
         desired, context = rsp.desired, rsp.context
     return rsp, results
+
+
+def composite_conditions(rsp: fnv1.RunFunctionResponse) -> list[dict[str, str]]:
+    """The XR conditions Crossplane derives from a final response: Ready from the composed
+    resources' readiness (or the composite's own), Synced, then the function's conditions."""
+    unready = sorted(n for n, r in rsp.desired.resources.items() if r.ready != fnv1.READY_TRUE)
+    ready = not unready
+    if rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED:
+        ready = rsp.desired.composite.ready == fnv1.READY_TRUE
+    conditions = [
+        {"type": "Ready", "status": str(ready), "reason": "Available" if ready else "Creating"},
+        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+    ]
+    if not ready and unready:
+        conditions[0]["message"] = f"Unready resources: {', '.join(unready)}"
+    for condition in rsp.conditions:
+        status = fnv1.Status.Name(condition.status).removeprefix("STATUS_CONDITION_").title()
+        found = {"type": condition.type, "status": status, "reason": condition.reason}
+        if condition.message:
+            found["message"] = condition.message
+        conditions.append(found)
+    return conditions

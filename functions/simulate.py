@@ -132,24 +132,8 @@ class World:
             child = owned.pop(name)
             self.delete(child[0], child[2], child[1])
         status = View(rsp.desired.composite.resource).to_dict().get("status", {})
-        ready = all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
-        if rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED:
-            ready = rsp.desired.composite.ready == fnv1.READY_TRUE
-        conditions = [
-            _condition("Ready", "True" if ready else "False", "Available" if ready else "Creating"),
-            _condition("Synced", "True", "ReconcileSuccess"),
-        ]
-        conditions += [
-            _condition(
-                c.type,
-                fnv1.Status.Name(c.status).removeprefix("STATUS_CONDITION_").title(),
-                c.reason,
-                c.message,
-            )
-            for c in rsp.conditions
-        ]
         composite["status"] = status
-        self._set_conditions(composite, conditions)
+        self._set_conditions(composite, render.composite_conditions(rsp))
 
     def _apply_composed(self, owner: Key, name: str, desired: dict) -> None:
         metadata = desired.setdefault("metadata", {})
