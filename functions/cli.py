@@ -92,24 +92,24 @@ def render_command(
     required_resources,
 ) -> None:
     """Render like `crossplane render`, against the real server on loopback (no Docker)."""
-    from functions import preview
+    from functions import render
 
-    composite = preview.documents([composite_resource])[0]
-    pipeline = preview.documents([composition])[0]
+    composite = render.documents([composite_resource])[0]
+    pipeline = render.documents([composition])[0]
     try:
-        with preview.local_function() as run:
-            stream = preview.render_stream(
+        with render.local_function() as run:
+            stream = render.render_stream(
                 run,
                 composite,
                 pipeline,
-                preview.documents(observed_resources),
-                preview.documents(required_resources),
+                render.documents(observed_resources),
+                render.documents(required_resources),
                 include_function_results,
                 include_context,
             )
-    except preview.PipelineFailed as error:
+    except render.PipelineFailed as error:
         raise click.ClickException(str(error)) from error
-    click.echo(preview.dump(stream), nl=False)
+    click.echo(render.dump(stream), nl=False)
 
 
 def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:

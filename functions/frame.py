@@ -1,154 +1,114 @@
-"""The frame every handler runs in, so that a handler only computes.
+"""The frame every handler runs in: the one place that speaks protobuf.
 
-The frame keeps the protocol's promises (DESIGN §5) in one place:
+It turns a RunFunctionRequest into a `Request`, runs the handler, and turns its `Desired` into a
+RunFunctionResponse, keeping the protocol's promises (DESIGN §5) in one place:
 - the request's tag, context and desired state from earlier steps are echoed untouched;
-- requirements are declared identically on every call of a reconcile: from the composite (and,
+- requirements are declared identically on every call of a reconcile, from the composite (and,
   where a selector needs a setting, from the Catalog once read), never from what they return;
 - "not resolved yet" (`Request.required()` is None) differs from "resolved, none" (`[]`);
-- every composed resource is given an explicit readiness;
-- a deliberate TTL is set per handler;
-- any exception becomes a Fatal result naming the handler and the error (the traceback goes to
-  the log, never into the result), and nothing already composed is dropped;
-- `InputError` — bad input — becomes a Fatal result naming the field.
+- every composed resource carries the readiness the handler gave it;
+- both Crossplane protocols: a caller that advertises `CAPABILITY_REQUIRED_RESOURCES` (2.2+) is
+  asked through `requirements.resources`; any other (1.x, 2.0, 2.1) through the deprecated
+  `requirements.extra_resources`, which every version answers. Answers are read from either
+  field. A caller that may ignore a selector's namespace (1.x) gets namespaced selectors filtered
+  here, and a Fatal for a namespaced match by name, which it cannot serve;
+- bad input (`InputError`, or a Fatal the handler returns) becomes a Fatal result naming the
+  field, and nothing composed earlier is dropped; any other exception becomes a Fatal result
+  naming the handler (the traceback goes to the log, never into a result).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
 
-from functions.structs import View
-
-CLAIM_NAMESPACE = "crossplane.io/claim-namespace"
-CLAIM_NAME = "crossplane.io/claim-name"
+from functions.handlers.base import Handler, InputError, Request, Requirement
+from functions.handlers.desired import Desired, Severity
 
 _STATUS = {True: fnv1.STATUS_CONDITION_TRUE, False: fnv1.STATUS_CONDITION_FALSE}
 _READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
-
-
-class InputError(Exception):
-    """Bad input: a Fatal result whose message names the field and says what to do."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+_SEVERITY = {
+    Severity.NORMAL: fnv1.SEVERITY_NORMAL,
+    Severity.WARNING: fnv1.SEVERITY_WARNING,
+    Severity.FATAL: fnv1.SEVERITY_FATAL,
+}
 
 
 @dataclass(frozen=True)
-class Requirement:
-    """A `requirements.resources` selector (no match field: every object of the kind)."""
+class Protocol:
+    """Which requirements field the caller reads, and whether it honours namespaces."""
 
-    api_version: str
-    kind: str
-    match_name: str | None = None
-    match_labels: Mapping[str, str] | None = None
-    namespace: str | None = None
+    required_resources: bool  # True: `requirements.resources`; False: `extra_resources`
+    filters_namespaces: bool
+
+    @classmethod
+    def of(cls, req: fnv1.RunFunctionRequest) -> Protocol:
+        capabilities = set(req.meta.capabilities)
+        if fnv1.CAPABILITY_CAPABILITIES in capabilities:
+            modern = fnv1.CAPABILITY_REQUIRED_RESOURCES in capabilities
+            return cls(required_resources=modern, filters_namespaces=modern)
+        return cls(required_resources=False, filters_namespaces=False)
+
+    def refusal(self, requirements: Mapping[str, Requirement]) -> InputError | None:
+        """A namespaced match by name that this caller cannot fetch, if any."""
+        if self.filters_namespaces:
+            return None
+        for name in sorted(requirements):
+            wanted = requirements[name]
+            if wanted.namespace and wanted.match_name is not None:
+                return InputError(
+                    f"requirements.{name}",
+                    f"this Crossplane does not advertise capabilities, so it may ignore a "
+                    f"selector's namespace and cannot fetch {wanted.kind} {wanted.match_name} "
+                    f"in namespace {wanted.namespace}; run Crossplane 2.2 or newer",
+                )
+        return None
 
 
-class Request:
-    """Read access to a RunFunctionRequest: the composite, observed and required resources."""
+class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
+    """Required objects by requirement name, read from either protocol field on demand."""
 
     def __init__(self, req: fnv1.RunFunctionRequest):
         self.req = req
-        self.xr = View(req.observed.composite.resource)
-        self.input = View(req.input)
 
-    @property
-    def kind(self) -> str:
-        return self.xr.str("kind")
+    def _resources(self, name: str) -> fnv1.Resources | None:
+        if name in self.req.required_resources:
+            return self.req.required_resources[name]
+        if name in self.req.extra_resources:
+            return self.req.extra_resources[name]
+        return None
 
-    @property
-    def api_group(self) -> str:
-        return self.xr.str("apiVersion").rpartition("/")[0]
+    def __getitem__(self, name: str) -> Sequence[struct_pb2.Struct]:
+        found = self._resources(name)
+        if found is None:
+            raise KeyError(name)
+        return [item.resource for item in found.items]
 
-    @property
-    def namespace(self) -> str:
-        """The XR's namespace, or a legacy claim's (from Crossplane's claim label)."""
-        return self.xr.namespace or self.xr.labels().get(CLAIM_NAMESPACE, "")
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._resources(name) is not None
 
-    @property
-    def name(self) -> str:
-        """The tenant-facing name: a legacy XR answers with its claim's name."""
-        return self.xr.labels().get(CLAIM_NAME) or self.xr.name
+    def __iter__(self) -> Iterator[str]:
+        return iter({*self.req.required_resources, *self.req.extra_resources})
 
-    def observed(self, name: str) -> View | None:
-        composed = self.req.observed.resources.get(name)
-        return View(composed.resource) if composed is not None else None
-
-    def observed_names(self) -> list[str]:
-        return sorted(self.req.observed.resources.keys())
-
-    def required(self, name: str) -> list[View] | None:
-        """Resolved objects sorted by name; None while Crossplane has not resolved it yet."""
-        if name not in self.req.required_resources:
-            return None
-        items = [View(item.resource) for item in self.req.required_resources[name].items]
-        return sorted(items, key=lambda view: (view.namespace, view.name))
-
-    def required_one(self, name: str) -> View | None:
-        items = self.required(name)
-        return items[0] if items else None
+    def __len__(self) -> int:
+        return len({*self.req.required_resources, *self.req.extra_resources})
 
 
-@dataclass
-class Output:
-    """What a handler produces: composed resources, XR status, conditions, results."""
-
-    composed: dict[str, tuple[dict, bool]] = field(default_factory=dict)
-    status: dict[str, Any] = field(default_factory=dict)
-    conditions: list[fnv1.Condition] = field(default_factory=list)
-    results: list[fnv1.Result] = field(default_factory=list)
-    composite_ready: bool | None = None
-
-    def compose(self, name: str, obj: Mapping[str, Any], ready: bool) -> None:
-        self.composed[name] = (dict(obj), ready)
-
-    def condition(self, type_: str, status: bool, reason: str, message: str = "") -> None:
-        condition = fnv1.Condition(type=type_, status=_STATUS[status], reason=reason)
-        if message:
-            condition.message = message
-        self.conditions.append(condition)
-
-    def warning(self, message: str, reason: str = "") -> None:
-        self._result(fnv1.SEVERITY_WARNING, message, reason)
-
-    def normal(self, message: str, reason: str = "") -> None:
-        self._result(fnv1.SEVERITY_NORMAL, message, reason)
-
-    def fatal(self, message: str, reason: str = "") -> None:
-        self._result(fnv1.SEVERITY_FATAL, message, reason)
-
-    def _result(self, severity: int, message: str, reason: str) -> None:
-        result = fnv1.Result(severity=severity, message=message)
-        if reason:
-            result.reason = reason
-        self.results.append(result)
-
-
-class Handler:
-    """A handler computes; the frame does the protocol. Subclasses set the class attributes."""
-
-    name: ClassVar[str]
-    kinds: ClassVar[frozenset[str]]  # composite kinds this handler serves
-    ttl: ClassVar[datetime.timedelta] = datetime.timedelta(seconds=60)
-
-    def requirements(self, request: Request) -> dict[str, Requirement]:
-        """Declared from the composite, so every call of a reconcile asks the same."""
-        return {}
-
-    def compose(self, request: Request, out: Output) -> None:
-        raise NotImplementedError
+def request_of(req: fnv1.RunFunctionRequest) -> Request:
+    observed = {name: r.resource for name, r in req.observed.resources.items()}
+    return Request(req.observed.composite.resource, observed, _Required(req), step_input=req.input)
 
 
 def run(handler: Handler, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     """Run `handler` on `req` inside the frame; never raises."""
-    request = Request(req)
+    request = request_of(req)
+    protocol = Protocol.of(req)
     try:
         if request.kind not in handler.kinds:
             served = ", ".join(sorted(handler.kinds))
@@ -158,9 +118,10 @@ def run(handler: Handler, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionRespo
                 f"{request.kind or 'resource without a kind'} — pick the handler for that kind",
             )
         requirements = handler.requirements(request)
-        out = Output()
-        handler.compose(request, out)
-        return _respond(handler, req, requirements, out)
+        refusal = protocol.refusal(requirements)
+        if refusal is not None:
+            raise refusal
+        desired = handler.compose(request.with_requirements(requirements))
     except InputError as error:
         return refuse(req, str(error), handler.ttl)
     except Exception as error:  # the frame's promise: a result, never a raised exception
@@ -168,6 +129,11 @@ def run(handler: Handler, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionRespo
         return refuse(
             req, f"{handler.name} handler failed: {type(error).__name__}: {error}", handler.ttl
         )
+    if desired.failed:
+        rsp = response.to(req, handler.ttl)
+        _results(rsp, desired)
+        return rsp
+    return respond(req, handler.ttl, protocol, requirements, desired)
 
 
 def refuse(
@@ -179,32 +145,50 @@ def refuse(
     return rsp
 
 
-def _respond(
-    handler: Handler,
+def respond(
     req: fnv1.RunFunctionRequest,
+    ttl: datetime.timedelta,
+    protocol: Protocol,
     requirements: Mapping[str, Requirement],
-    out: Output,
+    desired: Desired,
 ) -> fnv1.RunFunctionResponse:
-    rsp = response.to(req, handler.ttl)
+    rsp = response.to(req, ttl)
+    selectors = (
+        rsp.requirements.resources
+        if protocol.required_resources
+        else rsp.requirements.extra_resources
+    )
     for name in sorted(requirements):
-        _require(rsp, name, requirements[name])
-    for name in sorted(out.composed):
-        obj, ready = out.composed[name]
+        _select(selectors[name], requirements[name])
+    for name in sorted(desired.resources):
         composed = rsp.desired.resources[name]
         composed.resource.Clear()
-        composed.resource.update(obj)
-        composed.ready = _READY[ready]
-    if out.status:
-        _merge_status(rsp.desired.composite, out.status)
-    if out.composite_ready is not None:
-        rsp.desired.composite.ready = _READY[out.composite_ready]
-    rsp.conditions.extend(out.conditions)
-    rsp.results.extend(out.results)
+        composed.resource.update(desired.resources[name])
+        composed.ready = _READY[desired.ready.get(name, False)]
+    if desired.status:
+        _merge_status(rsp.desired.composite, desired.status)
+    if desired.composite_ready is not None:
+        rsp.desired.composite.ready = _READY[desired.composite_ready]
+    for condition in desired.conditions:
+        found = fnv1.Condition(
+            type=condition.type, status=_STATUS[condition.status], reason=condition.reason
+        )
+        if condition.message:
+            found.message = condition.message
+        rsp.conditions.append(found)
+    _results(rsp, desired)
     return rsp
 
 
-def _require(rsp: fnv1.RunFunctionResponse, name: str, requirement: Requirement) -> None:
-    selector = rsp.requirements.resources[name]
+def _results(rsp: fnv1.RunFunctionResponse, desired: Desired) -> None:
+    for result in desired.results:
+        found = fnv1.Result(severity=_SEVERITY[result.severity], message=result.message)
+        if result.reason:
+            found.reason = result.reason
+        rsp.results.append(found)
+
+
+def _select(selector: fnv1.ResourceSelector, requirement: Requirement) -> None:
     selector.api_version = requirement.api_version
     selector.kind = requirement.kind
     if requirement.match_name is not None:

@@ -1,143 +1,179 @@
-"""The classic render loop, as `crossplane render` and Crossplane's FetchingFunctionRunner run it.
+"""`gpustack-fn render`: what `crossplane render` prints, without Docker or a cluster.
 
-Call the function; if it returned no Fatal result and asked for something new, fulfil the
-requirements from a pool of objects (matching apiVersion and kind, then name or labels) and
-call again; stop when the requirements are stable, at most 6 calls.
+It starts the real function server on loopback, runs the Composition's pipeline with the classic
+render loop (requirements fulfilled from `--required-resources` files), and prints the classic
+renderer's YAML stream: the XR with its status, the composed resources sorted by
+composition-resource-name with the metadata Crossplane renders, then results (`-r`) and the
+context (`-c`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
-from crossplane.function import resource
+import grpc
+import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
-MAX_ITERATIONS = 5
-CAPABILITIES = (
-    fnv1.CAPABILITY_CAPABILITIES,
-    fnv1.CAPABILITY_REQUIRED_RESOURCES,
-    fnv1.CAPABILITY_CREDENTIALS,
-    fnv1.CAPABILITY_CONDITIONS,
-    fnv1.CAPABILITY_REQUIRED_SCHEMAS,
-)
+from functions import pipeline
+from functions.core.labels import COMPOSITE as COMPOSITE_LABEL
+from functions.core.labels import COMPOSITION_RESOURCE_NAME
+from functions.views import StructView
 
-Runner = Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse]
+RESULT_API = "render.crossplane.io/v1beta1"
+SEVERITIES = {
+    fnv1.SEVERITY_FATAL: "SEVERITY_FATAL",
+    fnv1.SEVERITY_WARNING: "SEVERITY_WARNING",
+    fnv1.SEVERITY_NORMAL: "SEVERITY_NORMAL",
+}
 
 
-class RequirementsUnstable(RuntimeError):
+class PipelineFailed(RuntimeError):
     pass
 
 
-def matches(selector: fnv1.ResourceSelector, obj: Mapping[str, Any]) -> bool:
-    if obj.get("apiVersion") != selector.api_version or obj.get("kind") != selector.kind:
-        return False
-    metadata = obj.get("metadata") or {}
-    if selector.HasField("namespace") and metadata.get("namespace", "") != selector.namespace:
-        return False
-    if selector.WhichOneof("match") == "match_name":
-        return metadata.get("name") == selector.match_name
-    if selector.WhichOneof("match") == "match_labels":
-        labels = metadata.get("labels") or {}
-        return all(labels.get(k) == v for k, v in selector.match_labels.labels.items())
-    return True
+def documents(paths: Iterable[Path]) -> list[dict]:
+    found = []
+    for path in paths:
+        files = (
+            sorted(path.rglob("*.yaml")) + sorted(path.rglob("*.yml")) if path.is_dir() else [path]
+        )
+        for file in files:
+            found += [doc for doc in yaml.safe_load_all(file.read_text()) if doc]
+    return found
 
 
-def fulfil(selector: fnv1.ResourceSelector, objects: Iterable[Mapping[str, Any]]) -> fnv1.Resources:
-    found = sorted(
-        (obj for obj in objects if matches(selector, obj)),
-        key=lambda o: ((o.get("metadata") or {}).get("namespace", ""), o["metadata"]["name"]),
+@contextlib.contextmanager
+def local_function() -> Iterator[pipeline.Runner]:
+    """The real server (`function --insecure`) on a free loopback port, and a runner for it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "function"), "--insecure", "--address", address],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    if selector.WhichOneof("match") == "match_name":
-        found = found[:1]
-    return fnv1.Resources(
-        items=[fnv1.Resource(resource=resource.dict_to_struct(dict(o))) for o in found]
-    )
+    try:
+        with grpc.insecure_channel(address) as channel:
+            grpc.channel_ready_future(channel).result(timeout=30)
+            stub = grpcv1.FunctionRunnerServiceStub(channel)
+            yield lambda req: stub.RunFunction(req, timeout=60)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
-def request(
-    composite: Mapping[str, Any],
-    observed: Mapping[str, Mapping[str, Any]],
-    step_input: Mapping[str, Any],
-    desired: fnv1.State | None = None,
-    context: Any = None,
-) -> fnv1.RunFunctionRequest:
-    req = fnv1.RunFunctionRequest()
-    req.meta.capabilities.extend(CAPABILITIES)
-    req.observed.composite.resource.update(dict(composite))
-    for name, obj in sorted(observed.items()):
-        req.observed.resources[name].resource.update(dict(obj))
-    if desired is not None:
-        req.desired.CopyFrom(desired)
-    req.input.update(dict(step_input))
-    if context is not None:
-        req.context.CopyFrom(context)
-    return req
+def render_stream(
+    run: pipeline.Runner,
+    composite: dict,
+    composition: dict,
+    observed: Iterable[dict] = (),
+    required: Iterable[dict] = (),
+    include_results: bool = False,
+    include_context: bool = False,
+) -> list[dict]:
+    """The documents `crossplane render` would print, in its order."""
+    check(composite, composition)
+    by_name = {
+        (o.get("metadata", {}).get("annotations") or {}).get(COMPOSITION_RESOURCE_NAME): o
+        for o in observed
+    }
+    by_name.pop(None, None)
+    rsp, results = pipeline.run_pipeline(run, composition, composite, by_name, required)
+    for step, result in results:
+        if result.severity == fnv1.SEVERITY_FATAL:
+            raise PipelineFailed(
+                f"pipeline step {step!r} returned a fatal result: {result.message}"
+            )
+    out = [rendered_composite(composite, rsp)]
+    for name in sorted(rsp.desired.resources):
+        out.append(
+            rendered_composed(
+                composite, name, StructView(rsp.desired.resources[name].resource).to_dict()
+            )
+        )
+    if include_results:
+        out += [
+            {
+                "apiVersion": RESULT_API,
+                "kind": "Result",
+                "step": step,
+                "severity": SEVERITIES[r.severity],
+                "message": r.message,
+            }
+            for step, r in results
+        ]
+    if include_context:
+        out.append(
+            {
+                "apiVersion": RESULT_API,
+                "kind": "Context",
+                "fields": StructView(rsp.context).to_dict(),
+            }
+        )
+    return out
 
 
-def run_step(
-    run: Runner, req: fnv1.RunFunctionRequest, objects: Iterable[Mapping[str, Any]]
-) -> fnv1.RunFunctionResponse:
-    """One pipeline step with its requirements loop; returns the final response."""
-    objects = list(objects)
-    previous = None
-    for _ in range(MAX_ITERATIONS + 1):
-        rsp = run(req)
-        if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
-            return rsp
-        if previous is not None and rsp.requirements == previous:
-            return rsp
-        previous = rsp.requirements
-        for name, selector in rsp.requirements.resources.items():
-            req.required_resources[name].CopyFrom(fulfil(selector, objects))
-        if rsp.HasField("context"):
-            req.context.CopyFrom(rsp.context)
-    raise RequirementsUnstable(
-        f"requirements didn't stabilize after the maximum number of iterations ({MAX_ITERATIONS})"
-    )
+def check(composite: dict, composition: dict) -> None:
+    ref = composition["spec"].get("compositeTypeRef", {})
+    if (ref.get("apiVersion"), ref.get("kind")) != (
+        composite.get("apiVersion"),
+        composite.get("kind"),
+    ):
+        raise PipelineFailed(
+            f"composition's compositeTypeRef.apiVersion and kind ({ref.get('apiVersion')}, {ref.get('kind')}) "
+            f"do not match the XR's ({composite.get('apiVersion')}, {composite.get('kind')})"
+        )
+    if composition["spec"].get("mode", "Pipeline") != "Pipeline":
+        raise PipelineFailed("render supports only Compositions in mode Pipeline")
 
 
-def run_pipeline(
-    run: Runner,
-    composition: Mapping[str, Any],
-    composite: Mapping[str, Any],
-    observed: Mapping[str, Mapping[str, Any]],
-    objects: Iterable[Mapping[str, Any]],
-) -> tuple[fnv1.RunFunctionResponse, list[tuple[str, fnv1.Result]]]:
-    """Run every step of a pipeline Composition; a Fatal result stops it there.
-
-    Returns the last response and every result with the name of the step that returned it.
-    """
-    objects = list(objects)
-    desired, context, results = None, None, []
-    rsp = fnv1.RunFunctionResponse()
-    for step in composition["spec"]["pipeline"]:
-        req = request(composite, observed, step.get("input", {}), desired, context)
-        rsp = run_step(run, req, objects)
-        results.extend((step["step"], result) for result in rsp.results)
-        if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
-            break
-        desired, context = rsp.desired, rsp.context
-    return rsp, results
-
-
-def composite_conditions(rsp: fnv1.RunFunctionResponse) -> list[dict[str, str]]:
-    """The XR conditions Crossplane derives from a final response: Ready from the composed
-    resources' readiness (or the composite's own), Synced, then the function's conditions."""
-    unready = sorted(n for n, r in rsp.desired.resources.items() if r.ready != fnv1.READY_TRUE)
-    ready = not unready
-    if rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED:
-        ready = rsp.desired.composite.ready == fnv1.READY_TRUE
+def rendered_composite(composite: dict, rsp: fnv1.RunFunctionResponse) -> dict:
+    metadata = {"name": composite["metadata"]["name"]}
+    if composite["metadata"].get("namespace"):
+        metadata["namespace"] = composite["metadata"]["namespace"]
+    status = StructView(rsp.desired.composite.resource).to_dict().get("status", {})
+    # Render pins transition times so its output is stable.
     conditions = [
-        {"type": "Ready", "status": str(ready), "reason": "Available" if ready else "Creating"},
-        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+        {**c, "lastTransitionTime": "2024-01-01T00:00:00Z"}
+        for c in pipeline.composite_conditions(rsp)
     ]
-    if not ready and unready:
-        conditions[0]["message"] = f"Unready resources: {', '.join(unready)}"
-    for condition in rsp.conditions:
-        status = fnv1.Status.Name(condition.status).removeprefix("STATUS_CONDITION_").title()
-        found = {"type": condition.type, "status": status, "reason": condition.reason}
-        if condition.message:
-            found["message"] = condition.message
-        conditions.append(found)
-    return conditions
+    return {
+        "apiVersion": composite["apiVersion"],
+        "kind": composite["kind"],
+        "metadata": metadata,
+        "status": {**status, "conditions": conditions},
+    }
+
+
+def rendered_composed(composite: dict, name: str, obj: dict) -> dict:
+    metadata = obj.setdefault("metadata", {})
+    if "name" not in metadata:
+        metadata["generateName"] = f"{composite['metadata']['name']}-"
+    if composite["metadata"].get("namespace"):
+        metadata["namespace"] = composite["metadata"]["namespace"]
+    metadata.setdefault("labels", {})[COMPOSITE_LABEL] = composite["metadata"]["name"]
+    metadata.setdefault("annotations", {})[COMPOSITION_RESOURCE_NAME] = name
+    metadata["ownerReferences"] = [
+        {
+            "apiVersion": composite["apiVersion"],
+            "kind": composite["kind"],
+            "name": composite["metadata"]["name"],
+            "uid": composite["metadata"].get("uid", ""),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return obj
+
+
+def dump(stream: list[dict[str, Any]]) -> str:
+    return "".join("---\n" + yaml.safe_dump(doc, sort_keys=True) for doc in stream)

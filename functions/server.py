@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from functions import frame
 from functions.handlers import HANDLERS
+from functions.views import view_of
 
 INPUT_API_VERSION = "fn.gpustack.ai/v1beta1"
 INPUT_KIND = "Input"
@@ -46,7 +47,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     valid = ", ".join(sorted(HANDLERS))
-    step_input = frame.View(req.input)
+    step_input = view_of(req.input)
     api_version, kind = step_input.str("apiVersion"), step_input.str("kind")
     if (api_version, kind) != (INPUT_API_VERSION, INPUT_KIND):
         return frame.refuse(

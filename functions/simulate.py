@@ -19,14 +19,15 @@ from typing import Any
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions import render, standins
+from functions import pipeline, standins
+from functions.core import labels
 from functions.core.catalog import kubectl_table
 from functions.server import run_function
-from functions.structs import View
+from functions.views import StructView
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"
-COMPOSITE_LABEL = "crossplane.io/composite"
+COMPOSITION_RESOURCE_NAME = labels.COMPOSITION_RESOURCE_NAME
+COMPOSITE_LABEL = labels.COMPOSITE
 MAX_ROUNDS = 12
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
@@ -44,7 +45,7 @@ def load_documents(path: Path) -> list[dict]:
 class World:
     """Objects by (kind, namespace, name), the API's XRDs and Compositions, and a runner."""
 
-    def __init__(self, run: render.Runner = run_function, api: Path = ROOT / "compositions"):
+    def __init__(self, run: pipeline.Runner = run_function, api: Path = ROOT / "compositions"):
         self.run = run
         self.objects: dict[Key, dict] = {}
         self.owned: dict[Key, dict[str, Key]] = {}  # composite → composition-resource-name → object
@@ -115,7 +116,7 @@ class World:
         composite = self.objects[key]
         owned = self.owned.setdefault(key, {})
         observed = {name: self.objects[k] for name, k in owned.items() if k in self.objects}
-        rsp, results = render.run_pipeline(
+        rsp, results = pipeline.run_pipeline(
             self.run, self.compositions[key[0]], composite, observed, self.objects.values()
         )
         self.results[key] = [result for _, result in results]
@@ -127,13 +128,15 @@ class World:
             return
         desired_names = set(rsp.desired.resources.keys())
         for name in sorted(desired_names):
-            self._apply_composed(key, name, View(rsp.desired.resources[name].resource).to_dict())
+            self._apply_composed(
+                key, name, StructView(rsp.desired.resources[name].resource).to_dict()
+            )
         for name in sorted(set(owned) - desired_names):
             child = owned.pop(name)
             self.delete(child[0], child[2], child[1])
-        status = View(rsp.desired.composite.resource).to_dict().get("status", {})
+        status = StructView(rsp.desired.composite.resource).to_dict().get("status", {})
         composite["status"] = status
-        self._set_conditions(composite, render.composite_conditions(rsp))
+        self._set_conditions(composite, pipeline.composite_conditions(rsp))
 
     def _apply_composed(self, owner: Key, name: str, desired: dict) -> None:
         metadata = desired.setdefault("metadata", {})

@@ -15,74 +15,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from crossplane.function.resource import dict_to_struct
-
-from functions.core import labels, quantity
+from functions.core import labels, names, quantity, resources
 from functions.core.devices import Allocation, parse_devices
-from functions.core.ledger import AllocationRefused, CardLedger, Mode, build_ledger, credits_for
+from functions.core.ledger import AllocationRefused, CardLedger, build_ledger
+from functions.core.modes import NO_CLAIM, Claim, Mode
 from functions.handlers.gpuclass import eligible
-from functions.structs import View
+from functions.views import DictView
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
-ALLOCATION_ANNOTATION = "device.gpustack.ai/accelerator.allocated"
+QUEUE_LABEL = labels.QUEUE_NAME
+NODE_NAME_LABEL = labels.NFD_NODE_NAME
+ALLOCATION_ANNOTATION = labels.ALLOCATED
 LAUNCHED_BY = "sim.gpustack.ai/launched-by"
 
 
-@dataclass(frozen=True)
-class Claim:
-    """What a Pod's `main` container asks of the cards."""
-
-    mode: str  # Exclusive | Shared | Sliced | Partitioned | "" (no card)
-    cards: int = 0
-    memory_percentage: int = 0
-    cores_percentage: int = 0
-    profile: str = ""
-
-
 def claim_of(limits: Mapping[str, Any]) -> Claim:
-    for key, value in limits.items():
-        if key.endswith(".partitioned") and "/" in key:
-            profile = next(
-                (
-                    k.split(".partitioned.", 1)[1].split("-", 1)[1]
-                    for k in limits
-                    if ".partitioned." in k
-                ),
-                "",
-            )
-            return Claim("Partitioned", 1, profile=profile)
-        if key.endswith(".sliced"):
-            base = key.removesuffix(".sliced")
-            return Claim(
-                "Sliced",
-                1,
-                int(limits.get(f"{base}.sliced.memory-percentage", 0)),
-                int(limits.get(f"{base}.sliced.cores-percentage", 100)),
-            )
-        if key.endswith(".shared"):
-            return Claim("Shared", int(value))
-    for key, value in limits.items():
-        if (
-            key.count("/") == 1
-            and key.split("/")[1] in ("gpu", "npu", "mlu", "dcu", "ppu")
-            and int(value) > 0
-        ):
-            return Claim("Exclusive", int(value))
-    return Claim("")
+    """What a Pod's container asks of the cards, read from its resource keys."""
+    decoded = resources.decode(limits)
+    return decoded[1] if decoded is not None else NO_CLAIM
 
 
 def place(cards: list[CardLedger], claim: Claim, pod: str) -> list[Allocation] | None:
     """Which cards take the claim: whole and shared spread over free cards; a slice or a
     partition packs onto the fullest card that still fits. None when it does not fit."""
 
-    def attempt(card: CardLedger, mode: str) -> CardLedger | None:
+    def attempt(card: CardLedger, mode: Mode) -> CardLedger | None:
         allocation = Allocation(
             pod,
-            "main",
+            names.MAIN_CONTAINER,
             card.id,
             mode,
             memory_percentage=claim.memory_percentage,
@@ -94,20 +55,20 @@ def place(cards: list[CardLedger], claim: Claim, pod: str) -> list[Allocation] |
         except AllocationRefused:
             return None
 
-    if claim.mode in ("Exclusive", "Shared"):
+    if claim.mode in (Mode.EXCLUSIVE, Mode.SHARED):
         chosen = [c for c in cards if attempt(c, claim.mode) is not None][: claim.cards]
         if len(chosen) < claim.cards:
             return None
-        return [Allocation(pod, "main", c.id, claim.mode) for c in chosen]
+        return [Allocation(pod, names.MAIN_CONTAINER, c.id, claim.mode) for c in chosen]
     fullest_first = sorted(cards, key=lambda c: (c.mode == Mode.NONE, c.remaining, c.index))
     for card in fullest_first:
         taken = attempt(card, claim.mode)
         if taken is not None:
-            placement = taken.occupied[-1][1] if claim.mode == "Partitioned" else None
+            placement = taken.occupied[-1][1] if claim.mode is Mode.PARTITIONED else None
             return [
                 Allocation(
                     pod,
-                    "main",
+                    names.MAIN_CONTAINER,
                     card.id,
                     claim.mode,
                     memory_percentage=claim.memory_percentage,
@@ -125,12 +86,12 @@ def allocation_dict(allocation: Allocation, pod_uid: str) -> dict:
         "podUID": pod_uid,
         "container": allocation.container,
         "device": allocation.device,
-        "mode": allocation.mode,
+        "mode": allocation.mode.title,
     }
-    if allocation.mode == "Sliced":
+    if allocation.mode is Mode.SLICED:
         row["memoryPercentage"] = allocation.memory_percentage
         row["coresPercentage"] = allocation.cores_percentage
-    if allocation.mode == "Partitioned":
+    if allocation.mode is Mode.PARTITIONED:
         row["profile"] = allocation.profile
         row["placement"] = {"start": allocation.placement.start, "size": allocation.placement.size}
     return row
@@ -263,7 +224,7 @@ def _node_for(world, spec: Mapping[str, Any], wanted: Mapping[str, int]) -> str 
     tolerated = spec.get("tolerations") or []
     for node in sorted(world.list("Node"), key=lambda n: n["metadata"]["name"]):
         name, status = node["metadata"]["name"], node.get("status", {})
-        if not eligible(View(dict_to_struct(node)), tolerated):  # the gpuclass handler's rule
+        if not eligible(DictView(node), tolerated):  # the gpuclass handler's rule
             continue
         node_labels_ = node["metadata"].get("labels", {})
         if any(node_labels_.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
@@ -378,7 +339,7 @@ def _try_flavor(world, key, pod, claim, a_key, queue, flavor_entry, flavor) -> b
             continue
         allocations: list[Allocation] = []
         charge = 0 if resource["name"].startswith("credits.") else cpu_request(pod["spec"])
-        if resource["name"].startswith("credits.") and claim.mode:
+        if resource["name"].startswith("credits.") and claim.mode is not Mode.NONE:
             spec = parse_devices(devices)
             group = spec.group(a_key)
             ledger = next((g for g in build_ledger(spec).groups if g.key == a_key), None)
@@ -393,13 +354,7 @@ def _try_flavor(world, key, pod, claim, a_key, queue, flavor_entry, flavor) -> b
                 ),
                 0,
             )
-            charge = credits_for(
-                claim.mode,
-                claim.cards,
-                claim.memory_percentage,
-                profile_mib=profile_mib,
-                card_mib=group.memory_mib,
-            )
+            charge = claim.sized(group.memory_mib, profile_mib).credits
             allocations = place(list(ledger.cards), claim, key) or []
             if not allocations:
                 continue

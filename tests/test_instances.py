@@ -75,6 +75,7 @@ def test_section_3_the_sliced_demo_pod_and_the_a10g_row(world):
             "nvidia.com/gpu.sliced": "1",
             "nvidia.com/gpu.sliced.memory-percentage": "20",
             "nvidia.com/gpu.sliced.cores-percentage": "100",
+            "nvidia.com/gpu.sliced.units": "320k",  # what the reference's Pod webhook adds
         }
     assert main["resources"]["limits"]["cpu"] == "1"
     assert pod["spec"]["affinity"]["nodeAffinity"][
@@ -462,7 +463,7 @@ def test_every_composed_object_validates_against_the_kubernetes_schemas(world):
 
 
 def test_a_legacy_claim_composes_the_pod_in_the_claims_namespace(world):
-    from functions import preview
+    from functions import render
     from functions.server import run_function
 
     claim = example("instance-sliced-demo.yaml")
@@ -481,7 +482,7 @@ def test_a_legacy_claim_composes_the_pod_in_the_claims_namespace(world):
     composition = load_documents(ROOT / "compositions" / "legacy" / "pipelines" / "instance.yaml")[
         0
     ]
-    stream = preview.render_stream(
+    stream = render.render_stream(
         run_function, composite, composition, required=world.objects.values()
     )
     pod = next(doc for doc in stream if doc["kind"] == "Pod")

@@ -10,16 +10,14 @@ from hypothesis import strategies as st
 
 from functions.core import mig
 from functions.core.devices import Accelerator, Allocation, Placement
-from functions.core.ledger import (
+from functions.core.ledger import AllocationRefused, CardLedger, summarize
+from functions.core.modes import (
     SHARE,
-    AllocationRefused,
-    CardLedger,
     D,
     Mode,
     partition_units,
     slice_units_by_mib,
     slice_units_by_percent,
-    summarize,
 )
 from functions.core.pools import accelerator_views
 
@@ -34,7 +32,15 @@ H100_MIG = Accelerator(
 )
 
 
-def alloc(mode: str, **size) -> Allocation:
+EXCLUSIVE, SHARED, SLICED, PARTITIONED = (
+    Mode.EXCLUSIVE,
+    Mode.SHARED,
+    Mode.SLICED,
+    Mode.PARTITIONED,
+)
+
+
+def alloc(mode: Mode, **size) -> Allocation:
     return Allocation(pod="default/p", container="main", device="GPU", mode=mode, **size)
 
 
@@ -52,9 +58,9 @@ def test_a_fresh_card_is_free_and_whole():
 
 
 def test_exclusive_takes_the_whole_card_and_blocks_every_other_mode():
-    card = CardLedger.for_card(A10G, "nvidia").allocate(alloc("Exclusive"))
+    card = CardLedger.for_card(A10G, "nvidia").allocate(alloc(EXCLUSIVE))
     assert (card.mode, card.remaining) == (Mode.EXCLUSIVE, 0)
-    for mode, size in (("Exclusive", {}), ("Shared", {}), ("Sliced", {"memory_percentage": 1})):
+    for mode, size in ((EXCLUSIVE, {}), (SHARED, {}), (SLICED, {"memory_percentage": 1})):
         with pytest.raises(AllocationRefused):
             card.allocate(alloc(mode, **size))
 
@@ -62,27 +68,27 @@ def test_exclusive_takes_the_whole_card_and_blocks_every_other_mode():
 def test_shares_charge_a_tenth_each_up_to_ten_holders():
     card = CardLedger.for_card(A10G, "nvidia")
     for _ in range(10):
-        card = card.allocate(alloc("Shared"))
+        card = card.allocate(alloc(SHARED))
     assert (card.mode, card.remaining, card.free_shares()) == (Mode.SHARED, 0, 0)
     with pytest.raises(AllocationRefused, match="no free share"):
-        card.allocate(alloc("Shared"))
+        card.allocate(alloc(SHARED))
 
 
 def test_slices_by_percent_and_by_mib_share_one_budget():
-    card = CardLedger.for_card(A10G, "nvidia").allocate(alloc("Sliced", memory_percentage=20))
-    card = card.allocate(alloc("Sliced", memory_mib=12288))
+    card = CardLedger.for_card(A10G, "nvidia").allocate(alloc(SLICED, memory_percentage=20))
+    card = card.allocate(alloc(SLICED, memory_mib=12288))
     assert card.remaining == D - 320_000 - 800_000
     assert card.allocated_slices == 2
     assert card.slice_percent() == 30
     with pytest.raises(AllocationRefused, match="credits left"):
-        card.allocate(alloc("Sliced", memory_percentage=31))
+        card.allocate(alloc(SLICED, memory_percentage=31))
 
 
 def test_a_mig_card_serves_only_partitions():
     card = CardLedger.for_card(H100_MIG, "nvidia")
     with pytest.raises(AllocationRefused, match="serves only partitions"):
-        card.allocate(alloc("Exclusive"))
-    card = card.allocate(alloc("Partitioned", profile="3g.40gb", placement=Placement(4, 4)))
+        card.allocate(alloc(EXCLUSIVE))
+    card = card.allocate(alloc(PARTITIONED, profile="3g.40gb", placement=Placement(4, 4)))
     assert card.remaining == D - partition_units(40448, 81920)
     assert card.remaining_profiles()["3g.40gb"] == 1
 
@@ -92,7 +98,7 @@ def test_unhealthy_cards_take_nothing_and_offer_nothing():
         Accelerator("GPU-x", 0, "NVIDIA A10G", 24576, healthy=False), "nvidia"
     )
     with pytest.raises(AllocationRefused, match="unhealthy"):
-        sick.allocate(alloc("Shared"))
+        sick.allocate(alloc(SHARED))
     summary = summarize([sick])
     assert (summary.cards, summary.free_cards, summary.free_shares, summary.free_slice_percent) == (
         1,
@@ -103,17 +109,17 @@ def test_unhealthy_cards_take_nothing_and_offer_nothing():
 
 
 requests = st.one_of(
-    st.builds(lambda: alloc("Exclusive")),
-    st.builds(lambda: alloc("Shared")),
-    st.builds(lambda pct: alloc("Sliced", memory_percentage=pct), st.integers(-5, 120)),
-    st.builds(lambda mib: alloc("Sliced", memory_mib=mib), st.integers(0, 30000)),
+    st.builds(lambda: alloc(EXCLUSIVE)),
+    st.builds(lambda: alloc(SHARED)),
+    st.builds(lambda pct: alloc(SLICED, memory_percentage=pct), st.integers(-5, 120)),
+    st.builds(lambda mib: alloc(SLICED, memory_mib=mib), st.integers(0, 30000)),
     st.builds(
-        lambda profile, start: alloc("Partitioned", profile=profile, placement=Placement(start, 1)),
+        lambda profile, start: alloc(PARTITIONED, profile=profile, placement=Placement(start, 1)),
         st.sampled_from(["1g.10gb", "3g.40gb", "7g.80gb", "9g.90gb"]),
         st.integers(0, 8),
     ),
     st.builds(
-        lambda profile: alloc("Partitioned", profile=profile),
+        lambda profile: alloc(PARTITIONED, profile=profile),
         st.sampled_from(["1g.10gb", "2g.20gb", "4g.40gb"]),
     ),
 )

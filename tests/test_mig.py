@@ -6,7 +6,8 @@ import pytest
 
 from functions.core import mig
 from functions.core.devices import Allocation, Placement, parse_spec
-from functions.core.ledger import CardLedger, Mode, build_ledger
+from functions.core.ledger import CardLedger, build_ledger
+from functions.core.modes import Mode
 from functions.core.pools import accelerator_views, summarize_devices
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -112,8 +113,8 @@ def test_mixed_node_five_whole_three_mig():
 def test_partition_placement_is_chosen_when_not_reported_and_overlaps_are_refused():
     spec = parse_spec("node-h100", h100_node(1))
     card = CardLedger.for_card(spec.groups[0].devices[0], "nvidia")
-    first = card.allocate(Allocation("a", "main", card.id, "Partitioned", profile="3g.40gb"))
-    second = first.allocate(Allocation("b", "main", card.id, "Partitioned", profile="3g.40gb"))
+    first = card.allocate(Allocation("a", "main", card.id, Mode.PARTITIONED, profile="3g.40gb"))
+    second = first.allocate(Allocation("b", "main", card.id, Mode.PARTITIONED, profile="3g.40gb"))
     assert [p for _, p in second.occupied] == [Placement(0, 4), Placement(4, 4)]
     assert second.mode is Mode.PARTITIONED
     assert second.remaining_profiles()["1g.10gb"] == 0

@@ -6,8 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from functions.core.modes import Mode
 from functions.core.quantity import GIB
-from functions.core.requests import InstanceTypeFacts, Plan, Refusal, Shape, plan
+from functions.core.requests import InstanceTypeFacts, Plan, Wait, plan
+
+LOGICAL = frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED})
 
 A10G = InstanceTypeFacts(
     name="gpustack--nvidia-a10g-linux-amd64",
@@ -17,7 +20,7 @@ A10G = InstanceTypeFacts(
     local_storage=100 * GIB,
     manufacturer="nvidia",
     card_memory_mib=24576,
-    logically_sliceable=True,
+    modes=LOGICAL,
     largest_node_cards=1,
 )
 H100_MIG = InstanceTypeFacts(
@@ -28,6 +31,7 @@ H100_MIG = InstanceTypeFacts(
     local_storage=100 * GIB,
     manufacturer="nvidia",
     card_memory_mib=81920,
+    modes=frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.PARTITIONED}),
     profiles={"1g.10gb": 9984, "3g.40gb": 40960, "7g.80gb": 81152},
     largest_node_cards=8,
 )
@@ -56,7 +60,7 @@ def refused(resources, facts=A10G, overcommit=True) -> list[tuple[str, str]]:
 
 def test_whole_a10g_with_overcommit():
     p = planned({"accelerator": "1"})
-    assert p.shape is Shape.WHOLE
+    assert p.claim.mode is Mode.EXCLUSIVE
     assert p.limits == {
         "cpu": "8",
         "memory": "64Gi",
@@ -94,7 +98,8 @@ def test_sliced_demo_20_percent():
             "acceleratorSlicedCoresPercentage": 100,
         }
     )
-    assert p.shape is Shape.SLICED
+    assert p.claim.mode is Mode.SLICED
+    # The keys in their final, admitted form: the units the reference's Pod webhook would add.
     assert p.limits == {
         "cpu": "1",
         "memory": "13743895347",
@@ -102,6 +107,7 @@ def test_sliced_demo_20_percent():
         "nvidia.com/gpu.sliced": "1",
         "nvidia.com/gpu.sliced.memory-percentage": "20",
         "nvidia.com/gpu.sliced.cores-percentage": "100",
+        "nvidia.com/gpu.sliced.units": "320k",
     }
     assert p.credits == 320_000
 
@@ -118,6 +124,7 @@ def test_partition_3g_40gb_on_h100_sizes_host_resources_at_half():
     assert p.limits["cpu"] == "6" and p.limits["memory"] == "96Gi"
     assert p.limits["nvidia.com/gpu.partitioned"] == "1"
     assert p.limits["nvidia.com/gpu.partitioned.mig-3g.40gb"] == "1"
+    assert p.limits["nvidia.com/gpu.partitioned.units"] == "800k"
     assert p.credits == 800_000
 
 
@@ -133,7 +140,7 @@ def test_two_whole_cards_cost_two_cards_of_credits():
 
 def test_a_card_less_instance_on_an_accelerated_type_gets_no_accelerator_key():
     p = planned({"accelerator": "0"})
-    assert p.shape is Shape.NONE and p.credits == 0
+    assert p.claim.mode is Mode.NONE and p.credits == 0
     assert set(p.limits) == {"cpu", "memory", "ephemeral-storage"}
     assert p.limits["cpu"] == "8"
 
@@ -262,16 +269,29 @@ def test_a_cpu_pool_with_no_nodes_says_so():
     ]
 
 
-def test_a_slice_on_a_type_whose_detail_is_not_published_waits():
+@pytest.mark.parametrize(
+    "resources",
+    [{"acceleratorSlicedMemoryPercentage": 20}, {"acceleratorPartitionedProfile": "3g.40gb"}],
+)
+def test_a_slice_or_partition_on_a_type_whose_detail_is_not_published_waits(resources):
     unready = InstanceTypeFacts("a10g-12c128g", True, 12, 128 * GIB, 200 * GIB)
-    result = plan({"acceleratorSlicedMemoryPercentage": 20}, unready)
-    assert result == [
-        Refusal(
-            "spec.type",
-            "instance type a10g-12c128g is not ready yet; retry",
-            "InstanceTypeNotReady",
+    assert plan(resources, unready) == Wait(
+        "InstanceTypeNotReady", "spec.type: instance type a10g-12c128g is not ready yet; retry"
+    )
+
+
+def test_a_whole_card_is_bounded_first_and_then_waits_for_the_hardware_to_be_published():
+    unready = InstanceTypeFacts("a10g-12c128g", True, 12, 128 * GIB, 200 * GIB)
+    assert refused({"accelerator": "1"}, unready) == [
+        (
+            "spec.resources.accelerator",
+            "exceeds the maximum accelerator request 0 of instance type a10g-12c128g",
         )
     ]
+    bounded = InstanceTypeFacts(
+        "a10g-12c128g", True, 12, 128 * GIB, 200 * GIB, largest_node_cards=1
+    )
+    assert isinstance(plan({"accelerator": "1"}, bounded), Wait)
 
 
 quantities = st.one_of(
@@ -302,6 +322,7 @@ def test_every_request_is_either_planned_within_its_bounds_or_refused_by_field(
     spec, facts, overcommit
 ):
     result = plan(spec, facts, overcommit)
+    assert not isinstance(result, Wait)  # every sampled type has published its hardware
     if isinstance(result, list):
         assert result and all(
             r.field.startswith(("spec.resources", "spec.type")) and r.message for r in result
@@ -310,7 +331,7 @@ def test_every_request_is_either_planned_within_its_bounds_or_refused_by_field(
     assert (
         0 <= result.credits <= facts.largest_node_cards * 1_600_000 or facts.largest_node_cards == 0
     )
-    assert result.cards <= max(facts.largest_node_cards, 1)
+    assert result.claim.cards <= max(facts.largest_node_cards, 1)
     assert result.cpu > 0 and result.ram >= 0 and 0 < result.local_storage <= facts.local_storage
     for key in result.requests:
         assert result.requests[key] == result.limits[key] or key in (

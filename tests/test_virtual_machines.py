@@ -118,7 +118,7 @@ REFUSALS = [
             {"className": "example-whole-gpu", "count": 5},
             {"className": "example-whole-gpu", "count": 4},
         ],
-        "InvalidSpec",
+        "InvalidGPUs",
         "spec.gpus: GPU class example-whole-gpu allows at most 8 units per VM, requested 9",
     ),
 ]

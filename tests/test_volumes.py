@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from crossplane.function import resource
-
-from functions.handlers.volumes import HostMount, placement
-from functions.structs import View
+from functions.handlers.instance.volumes import HostMount, placement
+from functions.views import DictView, View
 
 
 def test_a_held_mount_covers_the_same_path_at_the_same_or_a_deeper_sub_path():
@@ -24,7 +22,7 @@ def test_read_only_covers_only_read_only_and_no_sub_path_covers_all():
 
 
 def view(obj: dict) -> View:
-    return View(resource.dict_to_struct(obj))
+    return DictView(obj)
 
 
 def claim(name: str, phase: str, volume: str = "", storage_class: str = "") -> View:

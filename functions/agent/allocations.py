@@ -12,16 +12,22 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from functions.agent.podresources import ContainerDevices
-from functions.core.requests import RESOURCE_NAMES
+from functions.core import resources
+from functions.core.modes import NO_CLAIM, Claim, Mode
 
 TERMINATED = ("Succeeded", "Failed")
 
 
-def _base_of(resource: str) -> str | None:
-    for base in RESOURCE_NAMES.values():
-        if resource == base or resource.startswith(base + "."):
-            return base
-    return None
+def claim_of(resource: str, count: int, limits: Mapping[str, Any]) -> Claim:
+    """What the container was given `resource` for: the claim its Pod's keys encode, when they
+    agree with the resource the kubelet names; else what the resource name alone says."""
+    named = resources.decode({resource: str(count)})
+    full = resources.decode(limits)
+    if named is None:
+        return NO_CLAIM
+    if full is not None and full[1].mode is named[1].mode:
+        return full[1]
+    return named[1]
 
 
 def _limits(pod: Mapping[str, Any] | None, container: str) -> Mapping[str, Any]:
@@ -46,12 +52,13 @@ def allocations(
     }
     rows: dict[tuple, dict[str, Any]] = {}
     for entry in assigned:
-        base = _base_of(entry.resource)
-        if base is None:
+        if resources.split(entry.resource) is None:
             continue  # not an accelerator family (the SSH sidecar's visibility token, CPUs, ...)
         pod = pods.get(entry.pod)
         phase = ((pod or {}).get("status") or {}).get("phase", "")
-        limits = _limits(pod, entry.container)
+        claim = claim_of(entry.resource, len(entry.device_ids), _limits(pod, entry.container))
+        if claim.mode is Mode.NONE:
+            continue  # a counter resource (`.units`, `.memory-percentage`): no device of its own
         for device_id in entry.device_ids:
             device = device_id.split("::", 1)[0]  # time-sliced replicas: GPU-…::3
             row: dict[str, Any] = {"pod": entry.pod, "container": entry.container}
@@ -60,28 +67,27 @@ def allocations(
                 row["podUID"] = uid
             if device in partitions:
                 parent, partition = partitions[device]
-                row |= {"device": parent, "mode": "Partitioned", "profile": partition["profile"]}
+                row |= {
+                    "device": parent,
+                    "mode": Mode.PARTITIONED.title,
+                    "profile": partition["profile"],
+                }
                 row["placement"] = dict(partition["placement"])
             elif phase in TERMINATED:
                 continue  # whole, shared and sliced cards are released with the Pod's end
             else:
-                row |= {"device": device, **_size(entry.resource, base, limits)}
+                row |= {"device": device, **_size(claim)}
             rows[(row["pod"], row["container"], row["device"], row["mode"])] = row
     return [rows[key] for key in sorted(rows)]
 
 
-def _size(resource: str, base: str, limits: Mapping[str, Any]) -> dict[str, Any]:
-    suffix = resource[len(base) :]
-    if suffix.startswith(".sliced"):
-        size: dict[str, Any] = {"mode": "Sliced"}
-        percent = limits.get(f"{base}.sliced.memory-percentage")
-        mib = limits.get(f"{base}.sliced.memory-mib")
-        if percent is not None:
-            size["memoryPercentage"] = int(percent)
-        elif mib is not None:
-            size["memoryMiB"] = int(mib)
-        size["coresPercentage"] = int(limits.get(f"{base}.sliced.cores-percentage", 100))
-        return size
-    if suffix.startswith(".shared"):
-        return {"mode": "Shared"}
-    return {"mode": "Exclusive"}
+def _size(claim: Claim) -> dict[str, Any]:
+    """An allocation row's mode and, for a slice, its size."""
+    size: dict[str, Any] = {"mode": claim.mode.title}
+    if claim.mode is Mode.SLICED:
+        if claim.memory_percentage:
+            size["memoryPercentage"] = claim.memory_percentage
+        elif claim.memory_mib:
+            size["memoryMiB"] = claim.memory_mib
+        size["coresPercentage"] = claim.cores_percentage
+    return size

@@ -5,70 +5,15 @@ Pure derivations for the catalog handler, the simulator and the demo (reference 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from functions.core import names, presets, quantity
 from functions.core.devices import DevicesSpec
 from functions.core.pools import GroupFacts, NodeSummary, PoolKey, pools_of, summarize_devices
+from functions.core.settings import DEFAULTS, Settings
 
 DISPLAY_NAME_MAX = 64
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The Catalog's settings (DESIGN §3.1), with the same defaults as the XRD."""
-
-    derived_from_node: bool = True
-    aware_cpu_manufacturer: bool = False
-    mixed_on_node: bool = True
-    drain_when_no_flavors: bool = True
-    overcommit: bool = True
-    privileged_allowed: bool = False
-    host_path_allowed: bool = False
-    persistent_volume_placement: bool = True
-    node_management_manual: bool = False
-    workload_fit_affinity: bool = True
-    node_devices_admission_check: bool = False
-    vgpu_entitlement: bool = False
-    system_namespace: str = "gpustack-system"
-    license_namespace: str = "cozy-system"
-
-    @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None) -> Settings:
-        """Read a Catalog's spec; unset fields keep their defaults."""
-        spec = spec or {}
-        values = {
-            attr: spec[key] for key, attr in SETTING_FIELDS.items() if spec.get(key) is not None
-        }
-        return cls(**values)
-
-    @property
-    def reserved_namespaces(self) -> frozenset[str]:
-        """Namespaces that get no LocalQueue and take no Instance."""
-        return frozenset({self.system_namespace, "kube-system"})
-
-
-SETTING_FIELDS = {
-    "instanceTypeDerivedFromNode": "derived_from_node",
-    "instanceTypeAwareCpuManufacturer": "aware_cpu_manufacturer",
-    "instanceTypeMixedOnNode": "mixed_on_node",
-    "instanceTypeDrainWhenNoFlavors": "drain_when_no_flavors",
-    "instanceGeneralResourcesOvercommit": "overcommit",
-    "instancePrivilegedAllowed": "privileged_allowed",
-    "instanceHostPathVolumeAllowed": "host_path_allowed",
-    "instancePersistentVolumePlacement": "persistent_volume_placement",
-    "nodeManagementManual": "node_management_manual",
-    "workloadFitAffinity": "workload_fit_affinity",
-    "nodeDevicesAdmissionCheck": "node_devices_admission_check",
-    "vgpuEntitlement": "vgpu_entitlement",
-    "systemNamespace": "system_namespace",
-    "licenseNamespace": "license_namespace",
-}
-
-
-DEFAULTS = Settings()
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.core import names
-
-MODES = ("Exclusive", "Shared", "Sliced", "Partitioned")
+from functions.core.modes import Mode
 
 
 class SpecError(ValueError):
@@ -132,7 +131,7 @@ class Allocation:
     pod: str
     container: str
     device: str
-    mode: str
+    mode: Mode
     pod_uid: str = ""
     memory_percentage: int = 0
     memory_mib: int = 0
@@ -279,9 +278,10 @@ def _accelerator(reader: _Reader) -> Accelerator:
 
 
 def _allocation(reader: _Reader) -> Allocation:
-    mode = reader.str("mode", required=True)
-    if mode not in MODES:
-        raise SpecError(f"{reader.path}.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+    try:
+        mode = Mode.named(reader.str("mode", required=True))
+    except ValueError as error:
+        raise SpecError(f"{reader.path}.mode", str(error)) from error
     placement = reader.data.get("placement")
     return Allocation(
         pod=reader.str("pod", required=True),

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from functions.core import labels as L
 from functions.core import names
-from functions.core.ledger import D
+from functions.core.modes import D
 from functions.core.pools import NodeSummary, PoolKey
 from functions.core.quantity import format_decimal
+from functions.core.resources import credits_resource
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Flavor:
             own: L.TRUE,
             f"{own}.count": str(self.count),
             f"{own}.capacity": str(self.capacity),
-            "resource.gpustack.ai/type": "nodes",
+            L.RESOURCE_TYPE: "nodes",
         }
         return dict(sorted(labels.items()))
 
@@ -118,7 +119,7 @@ def resource_groups(pool: PoolKey, flavors: Iterable[Flavor], manufacturer: str 
     covering the same resource); nominal quota = capacity cores, or capacity × 1,600,000 credits.
     """
     if pool.acceleratable:
-        resource, unit = f"credits.gpustack.ai/{manufacturer}", D
+        resource, unit = credits_resource(manufacturer), D
     else:
         resource, unit = "cpu", 1
     entries = [

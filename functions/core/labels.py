@@ -1,6 +1,8 @@
-"""Label sets: what a node's two NodeFeatures publish, and what a Devices object is stamped with.
+"""Every label and annotation key the product reads or writes, and the label sets built of them.
 
-Keys and values exactly as the walkthrough's Node shows them (reference §2.4, §2.5, §2.7).
+Keys and values exactly as the walkthrough's Node shows them (reference §2.4, §2.5, §2.7): what a
+node's two NodeFeatures publish, what a Devices object is stamped with, what pools, flavors,
+queues and Pods carry.
 """
 
 from __future__ import annotations
@@ -11,15 +13,39 @@ from functions.core import names, quantity
 from functions.core.devices import DevicesSpec
 from functions.core.ledger import GroupSummary
 
+# --- Kubernetes' own -------------------------------------------------------------------------
+OS = "kubernetes.io/os"
+ARCH = "kubernetes.io/arch"
+HOSTNAME = "kubernetes.io/hostname"
+DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"  # annotation
+
+# --- nodes: NFD features and the per-card fit labels ------------------------------------------
 MANAGED = "gpustack.ai/managed"
 ACCELERATABLE = "feature.gpustack.ai/acceleratable"
 GENERAL = "general.feature.gpustack.ai/"
 DEVICE = "acceleratable.feature.gpustack.ai/"
-OS = "kubernetes.io/os"
-ARCH = "kubernetes.io/arch"
-HOSTNAME = "kubernetes.io/hostname"
 SLICED_FIT = "sliced-max-free-units.fit.gpustack.ai/"
 SHARED_FIT = "shared-free-cards.fit.gpustack.ai/"
+NFD_NODE_NAME = "nfd.node.kubernetes.io/node-name"  # a NodeFeature's target node
+
+# --- pools, flavors, queues -------------------------------------------------------------------
+RESOURCE_TYPE = "resource.gpustack.ai/type"  # `nodes` on a flavor, `instancetypes` on a pool
+DERIVED = "schedule.gpustack.ai/derived-from-node"
+QUEUE_ENTRANCE = "schedule.gpustack.ai/queue-entrance"
+QUEUE_ANNOTATION = "schedule.gpustack.ai/queue"  # a LocalQueue's pool
+NOTE = "note.gpustack.ai/"  # annotation prefix: a flavor's hardware notes
+
+# --- workloads --------------------------------------------------------------------------------
+QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # a Pod's LocalQueue
+INSTANCE = "worker.gpustack.ai/instance"  # the Instance a Pod, Service or VMI belongs to
+ALLOCATED = "device.gpustack.ai/accelerator.allocated"  # annotation: what the device plugin gave
+VIRT_LAUNCHER = {"kubevirt.io": "virt-launcher"}  # KubeVirt's launcher Pods
+
+# --- Crossplane -------------------------------------------------------------------------------
+CLAIM_NAMESPACE = "crossplane.io/claim-namespace"
+CLAIM_NAME = "crossplane.io/claim-name"
+COMPOSITE = "crossplane.io/composite"
+COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"  # annotation
 
 TRUE, FALSE = "true", "false"
 
@@ -114,5 +140,5 @@ def pool_labels(os: str, arch: str, a_key: str | None, g_key: str | None) -> dic
         labels[accelerator_key_label(a_key)] = TRUE
     if g_key and g_key != names.GENERIC:
         labels[general_key_label(g_key)] = TRUE
-    labels["resource.gpustack.ai/type"] = "instancetypes"
+    labels[RESOURCE_TYPE] = "instancetypes"
     return labels

@@ -9,9 +9,8 @@ slots), or Partitioned (a MIG card: one credit charge per partition, placement-a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
 
 from functions.core import mig
 from functions.core.devices import (
@@ -21,62 +20,28 @@ from functions.core.devices import (
     MigProfile,
     Placement,
 )
+from functions.core.modes import (
+    PERCENT,
+    SHARE,
+    SHARES_PER_CARD,
+    D,
+    Mode,
+    partition_units,
+    slice_units_by_mib,
+    slice_units_by_percent,
+)
 
-D = 1_600_000  # credits per whole card
-SHARES_PER_CARD = 10
-SHARE = D // SHARES_PER_CARD  # 160,000
-PERCENT = D // 100  # 16,000
 LOGICAL_SLICE_SLOTS = {"nvidia": 128, "iluvatar": 128, "ascend": 63, "cambricon": 16, "hygon": 4}
 DEFAULT_SLICE_SLOTS = 16
-
-
-class Mode(IntEnum):
-    NONE = 0
-    EXCLUSIVE = 1
-    SHARED = 2
-    SLICED = 3
-    PARTITIONED = 4
 
 
 class AllocationRefused(ValueError):
     """An allocation the card cannot take (wrong mode, too big, overlapping placement)."""
 
 
-def slice_units_by_percent(memory_percentage: int) -> int:
-    """A logical slice by percent: 20 % → 320,000 units (= credits)."""
-    return memory_percentage * PERCENT
-
-
-def slice_units_by_mib(memory_mib: int, card_mib: int) -> int:
-    """A logical slice by MiB: floor(MiB × D / card MiB) (12288 of 24576 → 800,000)."""
-    return memory_mib * D // card_mib
-
-
-def partition_units(profile_mib: int, card_mib: int) -> int:
-    """A partition costs what a slice of the same VRAM costs (3g.40gb of 81920 → 800,000)."""
-    return profile_mib * D // card_mib
-
-
-def credits_for(
-    mode: str,
-    cards: int = 1,
-    memory_percentage: int = 0,
-    memory_mib: int = 0,
-    profile_mib: int = 0,
-    card_mib: int = 0,
-) -> int:
-    """What Kueue charges for a claim in `credits.gpustack.ai/<manufacturer>` (reference §4.2)."""
-    if mode == "Exclusive":
-        return cards * D
-    if mode == "Shared":
-        return cards * SHARE
-    if mode == "Sliced":
-        if memory_percentage:
-            return slice_units_by_percent(memory_percentage)
-        return slice_units_by_mib(memory_mib, card_mib)
-    if mode == "Partitioned":
-        return partition_units(profile_mib, card_mib)
-    return 0
+def slice_slots(manufacturer: str) -> int:
+    """How many logical slices one card of this manufacturer holds."""
+    return LOGICAL_SLICE_SLOTS.get(manufacturer, DEFAULT_SLICE_SLOTS)
 
 
 @dataclass(frozen=True)
@@ -94,9 +59,7 @@ class CardLedger:
 
     @classmethod
     def for_card(cls, card: Accelerator, manufacturer: str) -> CardLedger:
-        slots = (
-            0 if card.partitioned else LOGICAL_SLICE_SLOTS.get(manufacturer, DEFAULT_SLICE_SLOTS)
-        )
+        slots = 0 if card.partitioned else slice_slots(manufacturer)
         profiles = card.profiles if card.partitioned else ()
         return cls(card.uuid, card.index, card.memory_mib, card.healthy, slots, profiles)
 
@@ -114,35 +77,37 @@ class CardLedger:
         return self.holders if self.mode == Mode.SLICED else 0
 
     def allocate(self, allocation: Allocation) -> CardLedger:
+        """This card with `allocation` taken; AllocationRefused when it cannot take it."""
         if not self.healthy:
             raise AllocationRefused(f"accelerator {self.id} is unhealthy")
-        if allocation.mode == "Partitioned":
-            return self._partition(allocation)
-        if self.partitioned:
+        if self.partitioned and allocation.mode is not Mode.PARTITIONED:
             raise AllocationRefused(
                 f"accelerator {self.id} is in MIG mode and serves only partitions"
             )
-        if allocation.mode == "Exclusive":
-            self._require_mode(Mode.NONE, allocation)
-            return replace(self, mode=Mode.EXCLUSIVE, remaining=0, holders=1)
-        if allocation.mode == "Shared":
-            self._require_mode(Mode.SHARED, allocation)
-            if self.holders >= SHARES_PER_CARD:
-                raise AllocationRefused(f"accelerator {self.id} has no free share")
-            return replace(
-                self, mode=Mode.SHARED, remaining=self.remaining - SHARE, holders=self.holders + 1
-            )
-        return self._slice(allocation)
+        return _TAKE[allocation.mode](self, allocation)
 
-    def _require_mode(self, mode: Mode, allocation: Allocation) -> None:
-        if self.mode not in (Mode.NONE, mode):
+    def _exclusive(self, allocation: Allocation) -> CardLedger:
+        self._require_mode(allocation, shareable=False)
+        return replace(self, mode=Mode.EXCLUSIVE, remaining=0, holders=1)
+
+    def _share(self, allocation: Allocation) -> CardLedger:
+        self._require_mode(allocation)
+        if self.holders >= SHARES_PER_CARD:
+            raise AllocationRefused(f"accelerator {self.id} has no free share")
+        return replace(
+            self, mode=Mode.SHARED, remaining=self.remaining - SHARE, holders=self.holders + 1
+        )
+
+    def _require_mode(self, allocation: Allocation, shareable: bool = True) -> None:
+        """The card must be free, or (a shareable mode) already held in the same mode."""
+        if self.mode is not Mode.NONE and (self.mode is not allocation.mode or not shareable):
             raise AllocationRefused(
-                f"accelerator {self.id} is held {self.mode.name.lower()}, "
-                f"it cannot also be {allocation.mode.lower()}"
+                f"accelerator {self.id} is held {self.mode.title.lower()}, "
+                f"it cannot also be {allocation.mode.title.lower()}"
             )
 
     def _slice(self, allocation: Allocation) -> CardLedger:
-        self._require_mode(Mode.SLICED, allocation)
+        self._require_mode(allocation)
         if self.slice_slots == 0:
             raise AllocationRefused(f"accelerator {self.id} cannot be sliced")
         if self.holders >= self.slice_slots:
@@ -213,6 +178,14 @@ class CardLedger:
         if not self.healthy or self.partitioned or self.mode not in (Mode.NONE, Mode.SHARED):
             return 0
         return self.remaining // SHARE
+
+
+_TAKE: dict[Mode, Callable[[CardLedger, Allocation], CardLedger]] = {
+    Mode.EXCLUSIVE: CardLedger._exclusive,
+    Mode.SHARED: CardLedger._share,
+    Mode.SLICED: CardLedger._slice,
+    Mode.PARTITIONED: CardLedger._partition,
+}
 
 
 @dataclass(frozen=True)

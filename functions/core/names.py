@@ -10,6 +10,11 @@ import re
 
 GENERIC = "generic"
 LABEL_MAX = 63
+CATALOG = "default"  # the one Catalog every handler reads its settings from
+MAIN_CONTAINER = "main"  # an Instance's workload; additional volumes mount here only
+SSHD_CONTAINER = "sshd"
+LICENSE_KEY = "client_configuration_token.tok"  # the NVIDIA license token in a license Secret
+RESERVED_NAMESPACES = ("kube-system",)  # besides the Catalog's systemNamespace
 
 _CRUFT = re.compile(r"\((?:R|r|TM|tm)\)")
 _LEADING_WORDS = re.compile(r"^(?:Genuine\s+|\d+(?:st|nd|rd|th)\s+Gen\s+)+")

@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from functions.core import names
 from functions.core.devices import AcceleratorGroup, Cpu, DevicesSpec
 from functions.core.ledger import (
-    DEFAULT_SLICE_SLOTS,
-    LOGICAL_SLICE_SLOTS,
-    SHARES_PER_CARD,
     GroupSummary,
     NodeLedger,
     build_ledger,
+    slice_slots,
     summarize_node,
 )
+from functions.core.modes import SHARES_PER_CARD
 
 
 @dataclass(frozen=True)
@@ -60,9 +59,7 @@ class GroupFacts:
             family=group.family,
             driver_version=group.driver_version,
             runtime_version=group.runtime_version,
-            slice_slots=LOGICAL_SLICE_SLOTS.get(group.manufacturer, DEFAULT_SLICE_SLOTS)
-            if logical
-            else 0,
+            slice_slots=slice_slots(group.manufacturer) if logical else 0,
             profiles=tuple(
                 ProfileFacts(p.name, p.memory_mib, p.max_count)
                 for p in sorted(

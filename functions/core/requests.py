@@ -1,48 +1,25 @@
-"""Instance resource requests: shape, validation, sizing, Pod resource keys, credits.
+"""Instance resource requests: the claim, validation, sizing, Pod resource keys and credits.
 
 The reference's Instance defaulting (§5.1), its validation rules and messages (§8.2) and the
-container resource keys (§5.3), decided once here for the instance handler, the simulator and
-the tests. `plan()` is the one entry point: it either refuses with field-named reasons, or
-returns the sized request with the Pod's requests/limits and the credits Kueue will charge.
+container resource keys (§5.3), decided once here for the instance handler and the tests.
+`plan()` is the one entry point: it refuses with field-named reasons, asks to wait while the
+InstanceType has not published what a slice or a partition needs, or returns the sized request
+with the Pod's requests/limits and the credits Kueue will charge.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from fractions import Fraction
 from typing import Any
 
-from functions.core import quantity
-from functions.core.ledger import credits_for
+from functions.core import quantity, reasons, resources
+from functions.core.modes import Claim, Mode
 from functions.core.quantity import GIB, MIB, QuantityError
 
-RESOURCE_NAMES = {
-    "amd": "amd.com/gpu",
-    "ascend": "huawei.com/npu",
-    "cambricon": "cambricon.com/mlu",
-    "hygon": "hygon.com/dcu",
-    "iluvatar": "iluvatar.com/gpu",
-    "metax": "metax-tech.com/gpu",
-    "mthreads": "mthreads.com/gpu",
-    "nvidia": "nvidia.com/gpu",
-    "thead": "alibabacloud.com/ppu",
-}
-PARTITION_KINDS = {"nvidia": "mig", "thead": "mig", "hygon": "mig"}
 EPHEMERAL_DEFAULT = 15 * GIB
-_RESOURCE_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
 FIELD = "spec.resources"
-
-
-class Shape(Enum):
-    WHOLE = "whole"
-    SHARED = "shared"
-    SLICED = "sliced"
-    PARTITIONED = "partitioned"
-    NONE = "none"
 
 
 @dataclass(frozen=True)
@@ -51,36 +28,47 @@ class Refusal:
 
     field: str
     message: str
-    reason: str = "InvalidSpec"
+    reason: str = reasons.INVALID_RESOURCES
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
 
 
 @dataclass(frozen=True)
+class Wait:
+    """Not yet: something the request depends on has not been published; it will be."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class InstanceTypeFacts:
-    """What an Instance needs to know of its InstanceType (spec plus observed status)."""
+    """What an Instance needs to know of its InstanceType (spec plus published status)."""
 
     name: str
     acceleratable: bool
     unit_cpu: int
     unit_ram: int  # bytes
     local_storage: int  # bytes
-    manufacturer: str = ""  # from status.detail; "" means the detail is not published yet
+    accelerator_group: str = ""  # the aKey of an accelerated type
+    manufacturer: str = ""  # "" while the InstanceType has not published its hardware
     card_memory_mib: int = 0
-    logically_sliceable: bool = False
+    modes: frozenset[Mode] = frozenset()  # the sharing modes the pool offers
     profiles: Mapping[str, int] = field(default_factory=dict)  # offered partition → MiB
     largest_node_cards: int = 0
     largest_node_cores: int = 0
     cpu_capacity: int = 0
+    entrance: str = ""
+    phase: str = ""
 
     @property
     def ready(self) -> bool:
         return bool(self.manufacturer)
 
     @property
-    def base(self) -> str:
-        return RESOURCE_NAMES.get(self.manufacturer, f"{self.manufacturer}.com/gpu")
+    def logically_sliceable(self) -> bool:
+        return Mode.SLICED in self.modes
 
 
 @dataclass(frozen=True)
@@ -100,22 +88,13 @@ class ResourceRequest:
     def from_spec(cls, resources: Mapping[str, Any] | None) -> ResourceRequest | Refusal:
         resources = resources or {}
         values: dict[str, Any] = {}
-        for key, attr in (
-            ("accelerator", "accelerator"),
-            ("cpu", "cpu"),
-            ("ram", "ram"),
-            ("localStorage", "local_storage"),
-        ):
+        for key, attr in _QUANTITIES.items():
             if resources.get(key) is not None:
                 try:
                     values[attr] = quantity.parse(resources[key])
                 except QuantityError as error:
                     return Refusal(f"{FIELD}.{key}", str(error))
-        for key, attr in (
-            ("acceleratorShared", "shared"),
-            ("acceleratorSlicedMemoryPercentage", "memory_percentage"),
-            ("acceleratorSlicedCoresPercentage", "cores_percentage"),
-        ):
+        for key, attr in _INTEGERS.items():
             value = resources.get(key, 0) or 0
             if isinstance(value, bool) or not isinstance(value, int):
                 return Refusal(f"{FIELD}.{key}", f"must be an integer, got {value!r}")
@@ -125,97 +104,107 @@ class ResourceRequest:
             return Refusal(f"{FIELD}.acceleratorPartitionedProfile", "must be a string")
         return cls(profile=profile, **values)
 
-    def shape(self, facts: InstanceTypeFacts) -> Shape:
+    def mode(self, facts: InstanceTypeFacts) -> Mode:
+        """The sharing mode the tenant asks for (reference §5.3's precedence)."""
         if not facts.acceleratable:
-            return Shape.NONE
+            return Mode.NONE
         if self.profile:
-            return Shape.PARTITIONED
+            return Mode.PARTITIONED
         if self.memory_percentage or self.cores_percentage:
-            return Shape.SLICED
+            return Mode.SLICED
         if self.shared:
-            return Shape.SHARED
+            return Mode.SHARED
         if self.accelerator is not None and self.accelerator == 0:
-            return Shape.NONE
-        return Shape.WHOLE
+            return Mode.NONE
+        return Mode.EXCLUSIVE
+
+    def claim(self, mode: Mode) -> Claim:
+        """The claim before sizing; a slice copies one percentage to the other (§5.1)."""
+        if mode is Mode.EXCLUSIVE:
+            return Claim(mode, int(self.accelerator) if self.accelerator is not None else 1)
+        if mode is Mode.SHARED:
+            return Claim(mode, self.shared)
+        if mode is Mode.SLICED:
+            memory = self.memory_percentage or self.cores_percentage
+            cores = self.cores_percentage or self.memory_percentage
+            return Claim(mode, 1, memory_percentage=memory, cores_percentage=cores)
+        if mode is Mode.PARTITIONED:
+            return Claim(mode, 1, profile=self.profile)
+        return Claim()
+
+
+_QUANTITIES = {
+    "accelerator": "accelerator",
+    "cpu": "cpu",
+    "ram": "ram",
+    "localStorage": "local_storage",
+}
+_INTEGERS = {
+    "acceleratorShared": "shared",
+    "acceleratorSlicedMemoryPercentage": "memory_percentage",
+    "acceleratorSlicedCoresPercentage": "cores_percentage",
+}
 
 
 @dataclass(frozen=True)
 class Plan:
     """A request sized for its InstanceType, ready to become a Pod."""
 
-    shape: Shape
-    cards: int  # cards (whole), cards with one share each (shared), 1 (slice/partition), 0
+    claim: Claim
     cpu: Fraction
     ram: int
     local_storage: int
-    memory_percentage: int = 0
-    cores_percentage: int = 0
-    profile: str = ""
-    credits: int = 0
     requests: dict[str, str] = field(default_factory=dict)
     limits: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def credits(self) -> int:
+        return self.claim.credits
 
 
 def plan(
     resources: Mapping[str, Any] | None, facts: InstanceTypeFacts, overcommit: bool = True
-) -> Plan | list[Refusal]:
+) -> Plan | list[Refusal] | Wait:
     """Validate, size and render an Instance's resources; refusals name the field."""
     request = ResourceRequest.from_spec(resources)
     if isinstance(request, Refusal):
         return [request]
-    shape = request.shape(facts)
-    if shape in (Shape.SLICED, Shape.PARTITIONED) and not facts.ready:
-        return [
-            Refusal(
-                "spec.type",
-                f"instance type {facts.name} is not ready yet; retry",
-                "InstanceTypeNotReady",
-            )
-        ]
-    refusals = _validate_shape(request, shape, facts)
+    mode = request.mode(facts)
+    # A slice or a partition is never sized as a whole card: without the published hardware
+    # it waits (§5.1). Whole cards and shares are validated first, then wait to be keyed.
+    if mode in (Mode.SLICED, Mode.PARTITIONED) and not facts.ready:
+        return _not_ready(facts)
+    refusals = _validate_general(request, facts) + _VALIDATE[mode](request, facts)
     if refusals:
         return refusals
-    sized = _size(request, shape, facts, overcommit)
-    refusals = _validate_caps(sized, facts, request)
+    if mode is not Mode.NONE and not facts.ready:
+        return _not_ready(facts)
+    claim = request.claim(mode).sized(facts.card_memory_mib, facts.profiles.get(request.profile, 0))
+    sized = _size(request, claim, facts, overcommit)
+    refusals = _validate_caps(sized, facts)
     if refusals:
         return refusals
     return _render(sized, facts, overcommit)
 
 
-def _validate_shape(
-    request: ResourceRequest, shape: Shape, facts: InstanceTypeFacts
-) -> list[Refusal]:
-    refusals = _validate_general(request, facts)
-    accelerator = request.accelerator
-    if not facts.acceleratable:
-        if (accelerator is not None and accelerator > 0) or request.shared:
-            refusals.append(
-                Refusal(
-                    f"{FIELD}.accelerator",
-                    "accelerator request must not be specified for non-acceleratable instance type",
-                )
-            )
-        return refusals
-    if shape is Shape.PARTITIONED:
-        refusals += _validate_partition(request, facts)
-    elif shape is Shape.SLICED:
-        refusals += _validate_slice(request, facts)
-    elif shape is Shape.SHARED:
-        refusals += _validate_shared(request, facts)
-    elif shape is Shape.WHOLE:
-        refusals += _validate_whole(accelerator if accelerator is not None else Fraction(1), facts)
-    return refusals
+def _not_ready(facts: InstanceTypeFacts) -> Wait:
+    message = f"spec.type: instance type {facts.name} is not ready yet; retry"
+    return Wait(reasons.INSTANCE_TYPE_NOT_READY, message)
+
+
+# --- validation (reference §8.2) --------------------------------------------------------------
 
 
 def _validate_general(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
-    refusals = []
-    for key, value, what in (
-        ("cpu", request.cpu, "CPU"),
-        ("ram", request.ram, "RAM"),
-        ("localStorage", request.local_storage, "local storage"),
-    ):
-        if value is not None and value < 0:
-            refusals.append(Refusal(f"{FIELD}.{key}", f"{what} request cannot be negative"))
+    refusals = [
+        Refusal(f"{FIELD}.{key}", f"{what} request cannot be negative")
+        for key, value, what in (
+            ("cpu", request.cpu, "CPU"),
+            ("ram", request.ram, "RAM"),
+            ("localStorage", request.local_storage, "local storage"),
+        )
+        if value is not None and value < 0
+    ]
     if facts.acceleratable or request.cpu is None or request.cpu <= 0:
         return refusals
     if request.cpu > facts.largest_node_cores:
@@ -228,6 +217,18 @@ def _validate_general(request: ResourceRequest, facts: InstanceTypeFacts) -> lis
     return refusals
 
 
+def _validate_none(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
+    taken = (request.accelerator is not None and request.accelerator > 0) or request.shared
+    if facts.acceleratable or not taken:
+        return []
+    return [
+        Refusal(
+            f"{FIELD}.accelerator",
+            "accelerator request must not be specified for non-acceleratable instance type",
+        )
+    ]
+
+
 def _validate_partition(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
     at = f"{FIELD}.acceleratorPartitionedProfile"
     if request.memory_percentage or request.cores_percentage:
@@ -236,10 +237,10 @@ def _validate_partition(request: ResourceRequest, facts: InstanceTypeFacts) -> l
                 f"{FIELD}.acceleratorSlicedMemoryPercentage",
                 "a hardware partition and a logical slice percentage are mutually exclusive; "
                 "clear acceleratorSlicedMemoryPercentage and acceleratorSlicedCoresPercentage",
-                "Forbidden",
+                reasons.FORBIDDEN,
             )
         ]
-    if facts.manufacturer not in PARTITION_KINDS:
+    if facts.manufacturer not in resources.PARTITION_KINDS:
         return [
             Refusal(at, f"manufacturer {facts.manufacturer} does not support hardware partitioning")
         ]
@@ -253,17 +254,9 @@ def _validate_partition(request: ResourceRequest, facts: InstanceTypeFacts) -> l
                 f"instance type {facts.name} does not offer this partition profile; offered: [{offered}]",
             )
         ]
-    key = partition_key(facts, request.profile).rsplit("/", 1)[1]
-    if len(key) > 63 or not _RESOURCE_NAME_PART.match(key):
+    if not resources.valid_partition_key(facts.manufacturer, request.profile):
         return [Refusal(at, "partition profile name does not yield a valid resource name")]
-    if request.accelerator is not None and request.accelerator != 1:
-        return [
-            Refusal(
-                f"{FIELD}.accelerator",
-                "accelerator request must be exactly 1 for a partitioned request",
-            )
-        ]
-    return []
+    return _exactly_one_card(request, "partitioned")
 
 
 def _validate_slice(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
@@ -272,7 +265,7 @@ def _validate_slice(request: ResourceRequest, facts: InstanceTypeFacts) -> list[
             Refusal(
                 f"{FIELD}.acceleratorSlicedMemoryPercentage",
                 f"instance type {facts.name} does not offer logical slicing",
-                "Forbidden",
+                reasons.FORBIDDEN,
             )
         ]
     refusals = [
@@ -283,13 +276,14 @@ def _validate_slice(request: ResourceRequest, facts: InstanceTypeFacts) -> list[
         )
         if not 0 <= value <= 100
     ]
-    if request.accelerator is not None and request.accelerator != 1:
-        refusals.append(
-            Refusal(
-                f"{FIELD}.accelerator", "accelerator request must be exactly 1 for a sliced request"
-            )
-        )
-    return refusals
+    return refusals + _exactly_one_card(request, "sliced")
+
+
+def _exactly_one_card(request: ResourceRequest, what: str) -> list[Refusal]:
+    if request.accelerator is None or request.accelerator == 1:
+        return []
+    message = f"accelerator request must be exactly 1 for a {what} request"
+    return [Refusal(f"{FIELD}.accelerator", message)]
 
 
 def _validate_shared(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
@@ -299,7 +293,7 @@ def _validate_shared(request: ResourceRequest, facts: InstanceTypeFacts) -> list
             Refusal(
                 f"{FIELD}.accelerator",
                 "accelerator and acceleratorShared are mutually exclusive; clear accelerator",
-                "Forbidden",
+                reasons.FORBIDDEN,
             )
         ]
     if request.shared < 0:
@@ -315,8 +309,9 @@ def _validate_shared(request: ResourceRequest, facts: InstanceTypeFacts) -> list
     return []
 
 
-def _validate_whole(accelerator: Fraction, facts: InstanceTypeFacts) -> list[Refusal]:
+def _validate_whole(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
     at = f"{FIELD}.accelerator"
+    accelerator = request.accelerator if request.accelerator is not None else Fraction(1)
     if accelerator < 0:
         return [Refusal(at, "accelerator request cannot be negative")]
     if accelerator.denominator != 1:
@@ -333,17 +328,24 @@ def _validate_whole(accelerator: Fraction, facts: InstanceTypeFacts) -> list[Ref
     return []
 
 
+_VALIDATE: dict[Mode, Callable[[ResourceRequest, InstanceTypeFacts], list[Refusal]]] = {
+    Mode.NONE: _validate_none,
+    Mode.EXCLUSIVE: _validate_whole,
+    Mode.SHARED: _validate_shared,
+    Mode.SLICED: _validate_slice,
+    Mode.PARTITIONED: _validate_partition,
+}
+
+# --- sizing (reference §5.1) ------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _Sized:
-    shape: Shape
-    cards: int
+    claim: Claim
     cpu: Fraction
     ram: int
     local_storage: int
-    unit_count: int
-    memory_percentage: int = 0
-    cores_percentage: int = 0
-    profile: str = ""
+    unit_count: int  # how many units of the type the request is bounded by
 
 
 def _fill(requested: Fraction | None, computed: Fraction | int, overcommit: bool) -> Fraction:
@@ -353,121 +355,60 @@ def _fill(requested: Fraction | None, computed: Fraction | int, overcommit: bool
     return requested
 
 
+def _percent_of_a_unit(claim: Claim, facts: InstanceTypeFacts) -> int:
+    """How much of one unit of the type the claim sizes host resources at, in percent."""
+    if claim.mode is Mode.PARTITIONED:
+        profile_mib = facts.profiles[claim.profile]
+        return min(100, max(1, profile_mib * 100 // facts.card_memory_mib))
+    if claim.mode is Mode.SLICED:
+        return claim.memory_percentage or claim.cores_percentage
+    if claim.mode is Mode.SHARED:
+        return 100 * claim.cards // 10
+    return 100 * max(claim.cards, 1)  # whole cards; a card-less request is one unit
+
+
 def _size(
-    request: ResourceRequest, shape: Shape, facts: InstanceTypeFacts, overcommit: bool
+    request: ResourceRequest, claim: Claim, facts: InstanceTypeFacts, overcommit: bool
 ) -> _Sized:
     unit_cpu, unit_ram = facts.unit_cpu, facts.unit_ram
-    percent, cards, unit_count = 100, 1, 1
-    memory_pct = cores_pct = 0
-    if shape is Shape.PARTITIONED:
-        profile_mib = facts.profiles[request.profile]
-        percent = min(100, max(1, profile_mib * 100 // facts.card_memory_mib))
-    elif shape is Shape.SLICED:
-        memory_pct = request.memory_percentage or request.cores_percentage
-        cores_pct = request.cores_percentage or request.memory_percentage
-        percent = memory_pct
-    elif shape is Shape.SHARED:
-        cards = request.shared
-        percent = 100 * cards // 10
-    elif shape is Shape.WHOLE:
-        cards = int(request.accelerator) if request.accelerator is not None else 1
-        unit_count = max(cards, 1)
-        percent = 100 * unit_count
-    elif shape is Shape.NONE:
-        cards = 0
-    if not facts.acceleratable:
-        cpu_count = quantity.ceil(request.cpu) if request.cpu else 1
-        unit_count = cpu_count
-        cpu = request.cpu if request.cpu else Fraction(1)
-        ram = _fill(request.ram, unit_ram * cpu_count, overcommit)
-    else:
+    if facts.acceleratable:
+        percent = _percent_of_a_unit(claim, facts)
+        unit_count = max(claim.cards, 1) if claim.mode is Mode.EXCLUSIVE else 1
         cpu = _fill(request.cpu, max(1, unit_cpu * percent // 100), overcommit)
         ram = _fill(request.ram, unit_ram * percent // 100, overcommit)
+    else:
+        unit_count = quantity.ceil(request.cpu) if request.cpu else 1
+        cpu = request.cpu if request.cpu else Fraction(1)
+        ram = _fill(request.ram, unit_ram * unit_count, overcommit)
     storage = request.local_storage or Fraction(min(EPHEMERAL_DEFAULT, facts.local_storage))
     return _Sized(
-        shape=shape,
-        cards=cards,
+        claim=claim,
         cpu=cpu,
         ram=quantity.ceil(ram),  # a byte count rounds up, as Kubernetes reads quantities
         local_storage=quantity.ceil(storage),
         unit_count=unit_count,
-        memory_percentage=memory_pct,
-        cores_percentage=cores_pct,
-        profile=request.profile,
     )
 
 
-def _validate_caps(
-    sized: _Sized, facts: InstanceTypeFacts, request: ResourceRequest
-) -> list[Refusal]:
+def _validate_caps(sized: _Sized, facts: InstanceTypeFacts) -> list[Refusal]:
     refusals = []
     count = sized.unit_count
     if facts.acceleratable and sized.cpu > facts.unit_cpu * count:
         bound = facts.unit_cpu * count
-        refusals.append(
-            Refusal(
-                f"{FIELD}.cpu", f"exceeds the maximum CPU {bound} of instance type {facts.name}"
-            )
-        )
+        message = f"exceeds the maximum CPU {bound} of instance type {facts.name}"
+        refusals.append(Refusal(f"{FIELD}.cpu", message))
     if sized.ram > facts.unit_ram * count:
-        bound = quantity.format_binary(facts.unit_ram * count)
-        refusals.append(
-            Refusal(
-                f"{FIELD}.ram", f"exceeds the maximum RAM {bound} of instance type {facts.name}"
-            )
-        )
+        bound_ram = quantity.format_binary(facts.unit_ram * count)
+        message = f"exceeds the maximum RAM {bound_ram} of instance type {facts.name}"
+        refusals.append(Refusal(f"{FIELD}.ram", message))
     if sized.local_storage > facts.local_storage:
-        bound = quantity.format_binary(facts.local_storage)
-        refusals.append(
-            Refusal(
-                f"{FIELD}.localStorage",
-                f"exceeds the local storage {bound} of instance type {facts.name}",
-            )
-        )
+        bound_storage = quantity.format_binary(facts.local_storage)
+        message = f"exceeds the local storage {bound_storage} of instance type {facts.name}"
+        refusals.append(Refusal(f"{FIELD}.localStorage", message))
     return refusals
 
 
-def partition_key(facts: InstanceTypeFacts, profile: str) -> str:
-    kind = PARTITION_KINDS.get(facts.manufacturer, "mig")
-    return f"{facts.base}.partitioned.{kind}-{profile}"
-
-
-def accelerator_keys(sized: _Sized | Plan, facts: InstanceTypeFacts) -> dict[str, str]:
-    """The accelerator resource keys on `main` for each request shape (requests = limits)."""
-    base = facts.base
-    if sized.shape is Shape.PARTITIONED:
-        return {f"{base}.partitioned": "1", partition_key(facts, sized.profile): "1"}
-    if sized.shape is Shape.SLICED:
-        return {
-            f"{base}.sliced": "1",
-            f"{base}.sliced.memory-percentage": str(sized.memory_percentage),
-            f"{base}.sliced.cores-percentage": str(sized.cores_percentage),
-        }
-    if sized.shape is Shape.SHARED:
-        return {f"{base}.shared": str(sized.cards)}
-    if sized.shape is Shape.WHOLE:
-        return {base: str(sized.cards)}
-    return {}
-
-
-MODES = {
-    Shape.WHOLE: "Exclusive",
-    Shape.SHARED: "Shared",
-    Shape.SLICED: "Sliced",
-    Shape.PARTITIONED: "Partitioned",
-}
-
-
-def credits(sized: _Sized | Plan, facts: InstanceTypeFacts) -> int:
-    """What Kueue charges the pool's `credits.gpustack.ai/<manufacturer>` for this request."""
-    mode = MODES.get(sized.shape, "")
-    return credits_for(
-        mode,
-        cards=sized.cards,
-        memory_percentage=sized.memory_percentage,
-        profile_mib=facts.profiles.get(sized.profile, 0),
-        card_mib=facts.card_memory_mib,
-    )
+# --- the container's resources (reference §5.3) ----------------------------------------------
 
 
 def overcommitted_requests(
@@ -495,17 +436,12 @@ def _render(sized: _Sized, facts: InstanceTypeFacts, overcommit: bool) -> Plan:
         )
     else:
         requests = dict(limits)
-    keys = accelerator_keys(sized, facts)
+    keys = resources.encode(facts.manufacturer, sized.claim) if facts.acceleratable else {}
     return Plan(
-        shape=sized.shape,
-        cards=sized.cards,
+        claim=sized.claim,
         cpu=sized.cpu,
         ram=sized.ram,
         local_storage=sized.local_storage,
-        memory_percentage=sized.memory_percentage,
-        cores_percentage=sized.cores_percentage,
-        profile=sized.profile,
-        credits=credits(sized, facts),
         requests={**requests, **keys},
         limits={**limits, **keys},
     )

@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import datetime
 import json
+from typing import Any
 
-from functions.core import labels, names
-from functions.core.catalog import Settings, catalog_rows, derived_instance_type_spec, derived_pools
+from functions.core import apis, labels, names
+from functions.core.catalog import catalog_rows, derived_instance_type_spec, derived_pools
 from functions.core.flavors import Flavor, derive_flavors
 from functions.core.pools import NodeSummary, PoolKey
-from functions.frame import Handler, InputError, Output, Request, Requirement
-from functions.handlers.common import API, node_summary
+from functions.core.settings import Settings, SettingsError
+from functions.handlers.base import Handler, InputError, Request, Requirement
+from functions.handlers.desired import Desired
+from functions.handlers.inputs import node_summaries
+from functions.views import View
 
-NOTE = "note.gpustack.ai/"
-DERIVED = "schedule.gpustack.ai/derived-from-node"
-ENTRANCE = "schedule.gpustack.ai/queue-entrance"
 TYPE_PREFIX = "instancetype-"
+FLAVOR_PREFIX = "flavor-"
+ROW_PREFIX = "instancetypeflavor-"
 # The fields a derived InstanceType is created with; afterwards they are echoed as observed.
 OWNED_SPEC = (
     "acceleratable",
@@ -36,93 +39,101 @@ OWNED_SPEC = (
 )
 
 
-class CatalogHandler(Handler):
-    name = "catalog"
-    kinds = frozenset({"Catalog"})
-    ttl = datetime.timedelta(seconds=30)  # Devices are required resources, not watched on v2.3
+def requirements(request: Request) -> dict[str, Requirement]:
+    return {"devices": Requirement(apis.WORKER, "Devices")}
 
-    def requirements(self, request: Request) -> dict[str, Requirement]:
-        return {"devices": Requirement(API, "Devices")}
 
-    def compose(self, request: Request, out: Output) -> None:
-        if request.xr.name != "default":
-            raise InputError(
-                "metadata.name",
-                f"the Catalog is named {request.xr.name!r}; name it 'default' — every handler reads "
-                "its settings from Catalog default",
-            )
+def compose(request: Request) -> Desired:
+    if request.xr.name != names.CATALOG:
+        raise InputError(
+            "metadata.name",
+            f"the Catalog is named {request.xr.name!r}; name it {names.CATALOG!r} — every "
+            f"handler reads its settings from Catalog {names.CATALOG}",
+        )
+    try:
         settings = Settings.from_spec(request.xr.view("spec").to_dict())
-        nodes = [node_summary(d, settings) for d in request.required("devices") or []]
-        flavors = derive_flavors(nodes, settings.mixed_on_node)
-        for flavor in flavors:
-            out.compose(f"flavor-{flavor.name}", resource_flavor(flavor, nodes), ready=True)
-        pools = derived_pools(nodes, settings)
-        if settings.derived_from_node:
-            self.compose_instance_types(request, out, pools, nodes)
-        else:
-            self.retain_instance_types(request, out, set())
-        for row_name, row in catalog_rows(nodes, settings).items():
-            key = f"instancetypeflavor-{row_name}"
-            flavor_row = {
-                "apiVersion": API,
-                "kind": "InstanceTypeFlavor",
-                "metadata": {"name": row_name},
-                "spec": row,
-            }
-            out.compose(key, flavor_row, ready=request.observed(key) is not None)
-        managed = [n for n in nodes if n.managed]
-        out.status = {
-            "nodes": len(nodes),
-            "managedNodes": len(managed),
-            "flavors": len(flavors),
-            "pools": len(pools),
-            "accelerators": sum(sum(n.group_cards.values()) for n in managed),
-        }
-
-    def compose_instance_types(
-        self, request: Request, out: Output, pools: list[PoolKey], nodes: list[NodeSummary]
-    ) -> None:
-        current = set()
-        for pool in pools:
-            key = TYPE_PREFIX + pool.name
-            current.add(key)
-            observed = request.observed(key)
-            if observed is not None:
-                spec = {k: v for k, v in observed.view("spec").to_dict().items() if k in OWNED_SPEC}
-            else:
-                spec = derived_instance_type_spec(pool, nodes)
-            out.compose(key, instance_type(pool, spec), ready=is_active(observed))
-        self.retain_instance_types(request, out, current)
-
-    def retain_instance_types(self, request: Request, out: Output, current: set[str]) -> None:
-        """Keep derived types that still exist but are no longer derived (never re-create them)."""
-        for key in request.observed_names():
-            if not key.startswith(TYPE_PREFIX) or key in current:
-                continue
-            observed = request.observed(key)
-            spec = {k: v for k, v in observed.view("spec").to_dict().items() if k in OWNED_SPEC}
-            out.compose(
-                key,
-                instance_type(PoolKey.for_instance_type(spec), spec, observed.name),
-                ready=is_active(observed),
-            )
+    except SettingsError as error:
+        raise InputError(error.field, error.message) from error
+    desired = Desired()
+    nodes = node_summaries(request, settings, desired)
+    flavors = derive_flavors(nodes, settings.mixed_on_node)
+    for flavor in flavors:
+        key = FLAVOR_PREFIX + flavor.name
+        desired.compose(key, resource_flavor(flavor, nodes), request.observed(key))
+    pools = derived_pools(nodes, settings)
+    current = (
+        compose_instance_types(request, desired, pools, nodes)
+        if settings.derived_from_node
+        else set()
+    )
+    retain_instance_types(request, desired, current)
+    for row_name, row in catalog_rows(nodes, settings).items():
+        key = ROW_PREFIX + row_name
+        desired.compose(key, instance_type_flavor(row_name, row), request.observed(key))
+    managed = [n for n in nodes if n.managed]
+    desired.status = {
+        "nodes": len(nodes),
+        "managedNodes": len(managed),
+        "flavors": len(flavors),
+        "pools": len(pools),
+        "accelerators": sum(sum(n.group_cards.values()) for n in managed),
+    }
+    return desired
 
 
-def is_active(observed) -> bool:
-    return observed is not None and observed.str("status", "phase") == "Active"
+def compose_instance_types(
+    request: Request, desired: Desired, pools: list[PoolKey], nodes: list[NodeSummary]
+) -> set[str]:
+    """One derived InstanceType per pool of the current grouping; returns their keys."""
+    current = set()
+    for pool in pools:
+        key = TYPE_PREFIX + pool.name
+        current.add(key)
+        observed = request.observed(key)
+        spec = (
+            owned_spec(observed)
+            if observed is not None
+            else derived_instance_type_spec(pool, nodes)
+        )
+        desired.compose(key, instance_type(pool, spec), observed)
+    return current
+
+
+def retain_instance_types(request: Request, desired: Desired, current: set[str]) -> None:
+    """Keep derived types that still exist but are no longer derived (never re-create them)."""
+    for key in request.observed_names():
+        observed = request.observed(key)
+        if not key.startswith(TYPE_PREFIX) or key in current or observed is None:
+            continue
+        spec = owned_spec(observed)
+        pool = PoolKey.for_instance_type(spec)
+        desired.compose(key, instance_type(pool, spec, observed.name), observed)
+
+
+def owned_spec(observed: View) -> dict[str, Any]:
+    return {k: v for k, v in observed.view("spec").to_dict().items() if k in OWNED_SPEC}
 
 
 def instance_type(pool: PoolKey, spec: dict, name: str | None = None) -> dict:
     name = name or pool.name
     metadata_labels = labels.pool_labels(pool.os, pool.arch, pool.a_key, pool.g_key)
-    metadata_labels.pop("resource.gpustack.ai/type")
-    metadata_labels[DERIVED] = labels.TRUE
-    metadata_labels[ENTRANCE] = names.entrance(name)
+    metadata_labels.pop(labels.RESOURCE_TYPE)
+    metadata_labels[labels.DERIVED] = labels.TRUE
+    metadata_labels[labels.QUEUE_ENTRANCE] = names.entrance(name)
     return {
-        "apiVersion": API,
+        "apiVersion": apis.WORKER,
         "kind": "InstanceType",
         "metadata": {"name": name, "labels": dict(sorted(metadata_labels.items()))},
         "spec": dict(sorted(spec.items())),
+    }
+
+
+def instance_type_flavor(name: str, row: dict) -> dict:
+    return {
+        "apiVersion": apis.WORKER,
+        "kind": "InstanceTypeFlavor",
+        "metadata": {"name": name},
+        "spec": row,
     }
 
 
@@ -140,27 +151,36 @@ def resource_flavor(flavor: Flavor, nodes: list[NodeSummary]) -> dict:
             "cores": str(facts.cores),
         }
     else:
-        notes |= {
-            "acceleratorGroup": "",
-            "manufacturer": names.cpu_manufacturer(flavor.g_key),
-            "product": first.cpu.model_name,
-            "family": first.cpu.family,
-        }
-    if not flavor.a_key:  # never by setting: flavors stay byte-for-byte across an awareness flip
         cpu = {
             "vendor": first.cpu.vendor,
             "modelName": first.cpu.model_name,
             "family": first.cpu.family,
             "model": first.cpu.model,
         }
-        notes["cpuDetail"] = json.dumps(cpu, sort_keys=True)
+        notes |= {
+            "acceleratorGroup": "",
+            "manufacturer": names.cpu_manufacturer(flavor.g_key),
+            "product": first.cpu.model_name,
+            "family": first.cpu.family,
+            # never by setting: flavors stay byte-for-byte across an awareness flip
+            "cpuDetail": json.dumps(cpu, sort_keys=True),
+        }
     return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "apiVersion": apis.KUEUE,
         "kind": "ResourceFlavor",
         "metadata": {
             "name": flavor.name,
             "labels": flavor.labels(),
-            "annotations": {NOTE + key: value for key, value in sorted(notes.items())},
+            "annotations": {labels.NOTE + key: value for key, value in sorted(notes.items())},
         },
         "spec": {"nodeLabels": flavor.node_labels(), "tolerations": [{"operator": "Exists"}]},
     }
+
+
+HANDLER = Handler(
+    "catalog",
+    frozenset({"Catalog"}),
+    compose,
+    requirements,
+    ttl=datetime.timedelta(seconds=30),  # Devices are required resources, not watched on v2.3
+)

@@ -15,76 +15,75 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from functions.core import quantity
+from functions.core import apis, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
-from functions.frame import Handler, Output, Request, Requirement
-from functions.handlers.common import CATALOG, catalog_settings, condition_status
-from functions.structs import View
+from functions.handlers.base import Handler, Request, Requirement
+from functions.handlers.desired import Desired
+from functions.handlers.inputs import CATALOG, catalog_settings
+from functions.handlers.readiness import condition
+from functions.views import View
 
-LICENSE_KEY = "client_configuration_token.tok"
-LAUNCHER = {"kubevirt.io": "virt-launcher"}
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
-class GPUClassHandler(Handler):
-    name = "gpuclass"
-    kinds = frozenset({"GPUClass"})
-    ttl = datetime.timedelta(seconds=30)  # nodes and launcher Pods are required, not watched
+def requirements(request: Request) -> dict[str, Requirement]:
+    found = {
+        "catalog": CATALOG,
+        "classes": Requirement(apis.GPU_CLASS, "GPUClass"),
+        "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
+        "nodes": Requirement(apis.CORE, "Node"),
+        "launchers": Requirement(apis.CORE, "Pod", match_labels=labels.VIRT_LAUNCHER),
+    }
+    secret = request.xr.str("spec", "license", "secretName")
+    if secret:
+        # The namespace is the Catalog's licenseNamespace: once the Catalog is read, this
+        # selector stays the same on every later call.
+        namespace = catalog_settings(request, Desired()).license_namespace
+        found["license"] = Requirement(apis.CORE, "Secret", match_name=secret, namespace=namespace)
+    return found
 
-    def requirements(self, request: Request) -> dict[str, Requirement]:
-        found = {
-            "catalog": CATALOG,
-            "classes": Requirement("cozystack.io/v1alpha1", "GPUClass"),
-            "kubevirt": Requirement("kubevirt.io/v1", "KubeVirt"),
-            "nodes": Requirement("v1", "Node"),
-            "launchers": Requirement("v1", "Pod", match_labels=LAUNCHER),
-        }
-        secret = request.xr.str("spec", "license", "secretName")
-        if secret:
-            # The namespace is the Catalog's licenseNamespace: once the Catalog is read, this
-            # selector stays the same on every later call.
-            namespace = catalog_settings(request).license_namespace
-            found["license"] = Requirement("v1", "Secret", match_name=secret, namespace=namespace)
-        return found
 
-    def compose(self, request: Request, out: Output) -> None:
-        spec = request.xr.view("spec")
-        resource = spec.str("source", "devicePlugin", "resourceName")
-        conflict = conflicting_class_of(request.xr, request.required("classes") or [])
-        permitted = is_permitted(request.required("kubevirt"), resource)
-        license_problem = license_missing(request, spec)
+def compose(request: Request) -> Desired:
+    desired = Desired()
+    spec = request.xr.view("spec")
+    resource = spec.str("source", "devicePlugin", "resourceName")
+    conflict = conflicting_class_of(request.xr, request.required("classes") or [])
+    permitted = is_permitted(request.required("kubevirt"), resource)
+    license_problem = license_missing(request, spec)
 
-        out.condition(
-            "ResourceNameConflict",
-            conflict is not None,
-            "Conflict" if conflict else "Unique",
-            f"class {conflict} already uses {resource}; this offer is not available — give each "
-            "offer its own advertised resource"
-            if conflict
-            else "",
-        )
-        out.condition(
-            "ResourceNameNotPermitted",
-            not permitted,
-            "NotPermitted" if not permitted else "Permitted",
-            f"{resource} is missing from the KubeVirt CR's permittedHostDevices; configure the "
-            "VM-facing GPU path and the table before retrying"
-            if not permitted
-            else "",
-        )
-        out.condition(
-            "LicenseSecretMissing",
-            license_problem is not None,
-            "Missing" if license_problem else "Present" if spec.has("license") else "NotLicensed",
-            license_problem or "",
-        )
-        free = [] if conflict else free_per_node(request, spec, resource)
-        out.status = {
-            "resourceName": resource,
-            "free": sum(free),
-            "maxFreePerNode": max(free, default=0),
-        }
-        out.composite_ready = conflict is None and permitted and license_problem is None
+    desired.condition(
+        reasons.RESOURCE_NAME_CONFLICT,
+        conflict is not None,
+        reasons.CONFLICT if conflict else reasons.UNIQUE,
+        f"class {conflict} already uses {resource}; this offer is not available — give each "
+        "offer its own advertised resource"
+        if conflict
+        else "",
+    )
+    desired.condition(
+        reasons.RESOURCE_NAME_NOT_PERMITTED,
+        not permitted,
+        reasons.PERMITTED if permitted else reasons.NOT_PERMITTED,
+        ""
+        if permitted
+        else f"{resource} is missing from the KubeVirt CR's permittedHostDevices; configure the "
+        "VM-facing GPU path and the table before retrying",
+    )
+    license_reason = reasons.PRESENT if spec.has("license") else reasons.NOT_LICENSED
+    desired.condition(
+        reasons.LICENSE_SECRET_MISSING,
+        license_problem is not None,
+        reasons.MISSING if license_problem else license_reason,
+        license_problem or "",
+    )
+    free = [] if conflict else free_per_node(request, spec, resource)
+    desired.status = {
+        "resourceName": resource,
+        "free": sum(free),
+        "maxFreePerNode": max(free, default=0),
+    }
+    desired.composite_ready = conflict is None and permitted and license_problem is None
+    return desired
 
 
 def conflicting_class_of(gpu_class: View, classes: list[View]) -> str | None:
@@ -119,8 +118,9 @@ def license_missing(request: Request, spec: View) -> str | None:
         return None  # not read yet; the next call has it
     if not found:
         return f"license Secret {secret_name} not found in the license namespace; create it through the hoster's secret management"
-    if not found[0].str("data", LICENSE_KEY) and not found[0].str("stringData", LICENSE_KEY):
-        return f"license Secret {secret_name} has no {LICENSE_KEY} key"
+    token = names.LICENSE_KEY
+    if not found[0].str("data", token) and not found[0].str("stringData", token):
+        return f"license Secret {secret_name} has no {token} key"
     return None
 
 
@@ -162,7 +162,7 @@ def units_requested(pod: View, resource: str) -> int:
 
 def eligible(node: View, tolerations: list[Mapping[str, Any]]) -> bool:
     """Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated by the class."""
-    if condition_status(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
+    if condition(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
         return False
     return all(
         any(tolerates(t, taint) for t in tolerations)
@@ -182,3 +182,12 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     return key == (taint.get("key") or "") and (toleration.get("value") or "") == (
         taint.get("value") or ""
     )
+
+
+HANDLER = Handler(
+    "gpuclass",
+    frozenset({"GPUClass"}),
+    compose,
+    requirements,
+    ttl=datetime.timedelta(seconds=30),  # nodes and launcher Pods are required, not watched
+)

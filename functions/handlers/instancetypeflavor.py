@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import datetime
 
-from functions.frame import Handler, Output, Request
+from functions.handlers.base import Handler, Request
+from functions.handlers.desired import Desired
 
 
-class InstanceTypeFlavorHandler(Handler):
-    name = "instancetypeflavor"
-    kinds = frozenset({"InstanceTypeFlavor"})
-    ttl = datetime.timedelta(hours=1)  # nothing outside the object itself can change it
+def compose(request: Request) -> Desired:
+    return Desired(composite_ready=True)
 
-    def compose(self, request: Request, out: Output) -> None:
-        out.composite_ready = True
+
+HANDLER = Handler(
+    "instancetypeflavor",
+    frozenset({"InstanceTypeFlavor"}),
+    compose,
+    ttl=datetime.timedelta(hours=1),  # nothing outside the object itself can change it
+)

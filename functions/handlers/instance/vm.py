@@ -13,15 +13,96 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from functions.core import quantity
+from functions.core import apis, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
-from functions.core.requests import Plan, Refusal
+from functions.core.requests import InstanceTypeFacts, Plan, Refusal, Wait, plan
+from functions.handlers.base import Request, Requirement
+from functions.handlers.desired import Desired
 from functions.handlers.gpuclass import conflicting_class_of, is_permitted
-from functions.structs import View
+from functions.handlers.inputs import catalog_settings
+from functions.handlers.instance import lifecycle
+from functions.handlers.instance.outcome import Instance, Outcome, Running, Waiting, refused
+from functions.views import View
 
 MAX_UNITS = 1024
-LICENSE_KEY = "client_configuration_token.tok"
 LICENSE_DISK = "gpulicense"
+
+
+def requirements(request: Request) -> dict[str, Requirement]:
+    """GPU classes, KubeVirt's permitted devices and the nodes; once the classes are read, the
+    license Secret of a licensed vGPU class they name (the same selector on every later call)."""
+    found = {
+        "gpuclasses": Requirement(apis.GPU_CLASS, "GPUClass"),
+        "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
+        "nodes": Requirement(apis.CORE, "Node"),
+    }
+    named = {e.str("className") for e in request.xr.list("spec", "gpus").views()}
+    for gpu_class in request.required("gpuclasses") or []:
+        secret = gpu_class.str("spec", "license", "secretName")
+        if gpu_class.name in named and gpu_class.str("spec", "mode") == "vgpu" and secret:
+            namespace = catalog_settings(request, Desired()).license_namespace
+            found["license"] = Requirement(
+                apis.CORE, "Secret", match_name=secret, namespace=namespace
+            )
+    return found
+
+
+def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
+    """A VMI: CPU and memory from the InstanceType, GPUs from the gpus entries."""
+    spec = instance.spec
+    resources = spec.view("resources").to_dict()
+    taken = sorted(k for k in resources if k.startswith("accelerator"))
+    if taken or spec.has("additionalVolumes"):
+        field = f"spec.resources.{taken[0]}" if taken else "spec.additionalVolumes"
+        message = (
+            "a VirtualMachine takes its GPUs through spec.gpus and mounts only its workspace "
+            f"disk: clear {field}"
+        )
+        return refused(Refusal(field, message, reasons.INVALID_FOR_VIRTUAL_MACHINE))
+    placed = lifecycle.placement(instance, hostname)
+    if not (placed is None or isinstance(placed, str)):
+        return placed
+    if facts.acceleratable:
+        resources["accelerator"] = "0"  # size one unit of the type, take no card
+    sized = plan(resources, facts, overcommit=False)
+    if isinstance(sized, Wait):
+        return Waiting(sized.reason, sized.message)
+    if isinstance(sized, list):
+        return refused(*sized)
+    request = instance.request
+    required = [request.required(n) for n in ("gpuclasses", "kubevirt", "nodes")]
+    if any(found is None for found in required):
+        return Waiting(reasons.READING_GPU_CLASSES, "spec.gpus: reading the GPU classes")
+    entries = list(spec.list("gpus").views())
+    resolved = resolve(entries, *required, instance.settings.vgpu_entitlement)  # type: ignore[arg-type]
+    if isinstance(resolved, list):
+        return refused(*resolved)
+    composed: dict[str, dict] = {}
+    if resolved.license_secret:
+        delivered = deliver_license(instance, resolved.license_secret)
+        if isinstance(delivered, Waiting):
+            return delivered
+        composed["license"] = delivered
+    observed = request.observed("vmi")
+    composed["vmi"] = render_vmi(spec, instance.name, instance.namespace, sized, resolved, placed)
+    return Running(reasons.VMI_COMPOSED, composed, vmi_status(observed))
+
+
+def deliver_license(instance: Instance, source_name: str) -> dict | Waiting:
+    """The license Secret copied into the tenant's namespace; the VMI waits until it exists."""
+    found = instance.request.required("license")
+    namespace = instance.settings.license_namespace
+    if not found or not found[0].str("data", names.LICENSE_KEY):
+        return Waiting(
+            reasons.WAITING_FOR_LICENSE,
+            f"spec.gpus: waiting for license Secret {source_name} in {namespace} (key "
+            f"{names.LICENSE_KEY}); the VM starts once it exists and never boots unlicensed",
+        )
+    copy = license_copy(instance.name, instance.namespace, found[0])
+    if instance.request.observed("license") is None:
+        message = "spec.gpus: copying the license Secret into the namespace"
+        return Waiting(reasons.WAITING_FOR_LICENSE, message, {"license": copy})
+    return copy
 
 
 @dataclass
@@ -40,6 +121,7 @@ def class_name_refusals(entries: list[View]) -> list[Refusal]:
             Refusal(
                 "spec.gpus",
                 "a gpus list contains either class entries or raw name entries, never both",
+                reasons.INVALID_GPUS,
             )
         ]
     return []
@@ -83,6 +165,7 @@ def resolve(
             Refusal(
                 "spec.gpus",
                 f"a VM may take vGPUs from only one class, got {' and '.join(vgpu_classes)}",
+                reasons.INVALID_GPUS,
             )
         )
     for name, count in counts.items():
@@ -92,6 +175,7 @@ def resolve(
                 Refusal(
                     "spec.gpus",
                     f"GPU class {name} allows at most {limit} units per VM, requested {count}",
+                    reasons.INVALID_GPUS,
                 )
             )
     if len(resolved.devices) > MAX_UNITS:
@@ -99,6 +183,7 @@ def resolve(
             Refusal(
                 "spec.gpus",
                 f"the gpus entries expand to {len(resolved.devices)} GPU units; at most {MAX_UNITS} per VMI",
+                reasons.INVALID_GPUS,
             )
         )
     return refusals or resolved
@@ -117,11 +202,13 @@ def class_refusal(
         return Refusal(
             field_,
             f"GPU class {name} not found: select one from `kubectl get gpuclasses`",
-            "GPUClassNotFound",
+            reasons.GPU_CLASS_NOT_FOUND,
         )
     if gpu_class.has("metadata", "deletionTimestamp"):
         return Refusal(
-            field_, f"GPU class {name} is being deleted: select another class", "GPUClassDeleting"
+            field_,
+            f"GPU class {name} is being deleted: select another class",
+            reasons.GPU_CLASS_DELETING,
         )
     resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
     other = conflicting_class_of(gpu_class, classes)
@@ -129,20 +216,20 @@ def class_refusal(
         return Refusal(
             field_,
             f"GPU class {name} is not available: class {other} already uses its resource {resource}",
-            "GPUClassConflict",
+            reasons.GPU_CLASS_CONFLICT,
         )
     if not is_permitted(kubevirts, resource):
         return Refusal(
             field_,
             f"GPU class {name}: its resource {resource} is missing from KubeVirt's permitted-device table",
-            "ResourceNotPermitted",
+            reasons.RESOURCE_NOT_PERMITTED,
         )
     if gpu_class.str("spec", "mode") == "vgpu" and not entitled:
         return Refusal(
             field_,
             f"GPU class {name} is a vGPU offer and vGPU is not entitled: enable the Catalog's "
             '"vgpuEntitlement" setting',
-            "VGPUNotEntitled",
+            reasons.VGPU_NOT_ENTITLED,
         )
     return None
 
@@ -173,11 +260,11 @@ def license_copy_name(instance: str) -> str:
 def license_copy(instance: str, namespace: str, source: View) -> dict:
     """The source Secret's token, copied into the tenant's namespace for the GPULICENSE disk."""
     return {
-        "apiVersion": "v1",
+        "apiVersion": apis.CORE,
         "kind": "Secret",
         "metadata": {"name": license_copy_name(instance), "namespace": namespace},
         "type": "Opaque",
-        "data": {LICENSE_KEY: source.str("data", LICENSE_KEY)},
+        "data": {names.LICENSE_KEY: source.str("data", names.LICENSE_KEY)},
     }
 
 
@@ -212,14 +299,14 @@ def render_vmi(
     if resolved.tolerations:
         vmi_spec["tolerations"] = resolved.tolerations
     if hostname:
-        vmi_spec["nodeSelector"] = {"kubernetes.io/hostname": hostname}
+        vmi_spec["nodeSelector"] = {labels.HOSTNAME: hostname}
     return {
-        "apiVersion": "kubevirt.io/v1",
+        "apiVersion": apis.KUBEVIRT,
         "kind": "VirtualMachineInstance",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"worker.gpustack.ai/instance": name},
+            "labels": {labels.INSTANCE: name},
         },
         "spec": vmi_spec,
     }

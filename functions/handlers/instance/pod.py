@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from functions.core import labels
-from functions.core.requests import RESOURCE_NAMES, Plan, Shape
-from functions.structs import View
+from functions.core import apis, labels, names, resources
+from functions.core.modes import Mode
+from functions.core.requests import Plan
+from functions.views import View
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-INSTANCE_LABEL = "worker.gpustack.ai/instance"
 SSH_IMAGE = "gpustack/ssh-server:v1.3.0"
-RUNTIME_CLASSES = {m: m for m in RESOURCE_NAMES if m != "thead"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +33,7 @@ class PodInputs:
 
 def render_pod(spec: View, inputs: PodInputs) -> dict:
     main = {
-        "name": "main",
+        "name": names.MAIN_CONTAINER,
         "image": spec.str("image"),
         "imagePullPolicy": spec.str("imagePullPolicy") or "IfNotPresent",
         "securityContext": {"runAsUser": 0, "privileged": spec.bool("privileged")},
@@ -97,12 +95,12 @@ def render_pod(spec: View, inputs: PodInputs) -> dict:
     if inputs.runtime_class:
         pod_spec["runtimeClassName"] = inputs.runtime_class
     return {
-        "apiVersion": "v1",
+        "apiVersion": apis.CORE,
         "kind": "Pod",
         "metadata": {
             "name": inputs.name,
             "namespace": inputs.namespace,
-            "labels": {QUEUE_LABEL: inputs.entrance, INSTANCE_LABEL: inputs.name},
+            "labels": {labels.QUEUE_NAME: inputs.entrance, labels.INSTANCE: inputs.name},
         },
         "spec": pod_spec,
     }
@@ -138,7 +136,7 @@ def additional_source(volume: View) -> dict:
 def sshd(spec: View, inputs: PodInputs) -> dict:
     """The SSH sidecar: it enters `main`'s namespaces, so it sees every mount."""
     container = {
-        "name": "sshd",
+        "name": names.SSHD_CONTAINER,
         "image": SSH_IMAGE,
         "stdin": True,
         "tty": True,
@@ -152,10 +150,8 @@ def sshd(spec: View, inputs: PodInputs) -> dict:
             }
         ],
     }
-    if inputs.manufacturer and inputs.plan.cards:
-        visibility = {
-            f"device.gpustack.ai/{inputs.manufacturer}.visibility": str(inputs.plan.cards)
-        }
+    if inputs.manufacturer and inputs.plan.claim.cards:
+        visibility = {resources.visibility_key(inputs.manufacturer): str(inputs.plan.claim.cards)}
         container["resources"] = {"requests": visibility, "limits": visibility}
     return container
 
@@ -165,18 +161,18 @@ def fit_affinity(inputs: PodInputs) -> dict | None:
     share on N cards needs N cards with a free share on one node (the fit labels)."""
     if not inputs.fit_affinity or not inputs.accelerator_key:
         return None
-    plan, key = inputs.plan, inputs.accelerator_key
-    if plan.shape is Shape.SLICED:
+    claim, key = inputs.plan.claim, inputs.accelerator_key
+    if claim.mode is Mode.SLICED:
         expression = {
             "key": labels.SLICED_FIT + key,
             "operator": "Gt",
-            "values": [str(plan.credits - 1)],
+            "values": [str(claim.units - 1)],
         }
-    elif plan.shape is Shape.SHARED and plan.cards >= 2:
+    elif claim.mode is Mode.SHARED and claim.cards >= 2:
         expression = {
             "key": labels.SHARED_FIT + key,
             "operator": "Gt",
-            "values": [str(plan.cards - 1)],
+            "values": [str(claim.cards - 1)],
         }
     else:
         return None
@@ -193,12 +189,12 @@ def render_service(spec: View, name: str, namespace: str) -> dict | None:
     if not ports:
         return None
     return {
-        "apiVersion": "v1",
+        "apiVersion": apis.CORE,
         "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": {INSTANCE_LABEL: name}},
+        "metadata": {"name": name, "namespace": namespace, "labels": {labels.INSTANCE: name}},
         "spec": {
             "type": "NodePort",
-            "selector": {INSTANCE_LABEL: name},
+            "selector": {labels.INSTANCE: name},
             "ports": [
                 {
                     "name": port_name(p),

@@ -15,8 +15,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from functions.core import labels, names, reasons
 from functions.core.requests import Refusal
-from functions.structs import View
+from functions.views import View
 
 SOURCES = ("persistent", "configMap", "secret", "hostPath")
 HOST_PATH_TYPES = (
@@ -159,7 +160,7 @@ def held_host_mounts(pod: View | None) -> list[HostMount]:
     }
     held = []
     for container in pod.list("spec", "containers").views():
-        if container.str("name") != "main":
+        if container.str("name") != names.MAIN_CONTAINER:
             continue
         for mount in container.list("volumeMounts").views():
             source = host_paths.get(mount.str("name"))
@@ -183,7 +184,7 @@ def host_path_refusals(spec: View, allowed: bool, pod: View | None) -> list[Refu
         Refusal(
             f"spec.additionalVolumes[{index}].hostPath",
             f'mounting a host path is not allowed: enable the Catalog\'s "{HOST_PATH_GATE}" setting to allow it',
-            "HostPathNotAllowed",
+            reasons.HOST_PATH_NOT_ALLOWED,
         )
         for index, wanted in wanted_host_mounts(spec)
         if not any(mount.covers(wanted) for mount in held)
@@ -207,9 +208,6 @@ def claims(spec: View) -> list[tuple[str, str]]:
 class Placement:
     node: str | None = None  # the node a local claim pins the Pod to
     waiting: str = ""  # why no Pod can be composed yet
-
-
-HOSTNAME = "kubernetes.io/hostname"
 
 
 def placement(
@@ -262,7 +260,7 @@ def _local_node(pv: View) -> str | None:
     for expression in terms[0].list("matchExpressions").views():
         values = list(expression.list("values"))
         if (
-            expression.str("key") == HOSTNAME
+            expression.str("key") == labels.HOSTNAME
             and expression.str("operator") == "In"
             and len(values) == 1
         ):

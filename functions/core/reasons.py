@@ -1,0 +1,64 @@
+"""Every condition type, reason and phase the functions write, defined once.
+
+Conditions are what `kubectl describe` shows and what users grep for; their reasons are part of
+the product's contract (docs/instances.md lists every refusal). Reasons are CamelCase nouns or
+past participles, as Kubernetes conventions ask.
+"""
+
+from __future__ import annotations
+
+# --- condition types --------------------------------------------------------------------------
+ADMITTED = "Admitted"  # Instance: a Pod or VMI is composed (True) or why not (False)
+INPUTS_READABLE = "InputsReadable"  # a pool handler skipped objects it could not read
+RESOURCE_NAME_CONFLICT = "ResourceNameConflict"  # GPUClass
+RESOURCE_NAME_NOT_PERMITTED = "ResourceNameNotPermitted"  # GPUClass
+LICENSE_SECRET_MISSING = "LicenseSecretMissing"  # GPUClass
+
+# --- Instance: refusals (the Instance composes nothing until the spec or the cluster changes) --
+INVALID_RESOURCES = "InvalidResources"
+FORBIDDEN = "Forbidden"  # two fields that exclude each other, or a shape the pool does not offer
+INVALID_VOLUME = "InvalidVolume"
+INSTANCE_TYPE_NOT_FOUND = "InstanceTypeNotFound"
+NODE_NOT_FOUND = "NodeNotFound"
+RESERVED_NAMESPACE = "ReservedNamespace"
+PRIVILEGED_NOT_ALLOWED = "PrivilegedNotAllowed"
+HOST_PATH_NOT_ALLOWED = "HostPathNotAllowed"
+PLACEMENT_CONFLICT = "PlacementConflict"
+INVALID_FOR_VIRTUAL_MACHINE = "InvalidForVirtualMachine"
+GPU_CLASS_NOT_FOUND = "GPUClassNotFound"
+GPU_CLASS_DELETING = "GPUClassDeleting"
+GPU_CLASS_CONFLICT = "GPUClassConflict"
+RESOURCE_NOT_PERMITTED = "ResourceNotPermitted"
+VGPU_NOT_ENTITLED = "VGPUNotEntitled"
+INVALID_GPUS = "InvalidGPUs"
+
+# --- Instance: waits (the Instance starts by itself once the cluster catches up) --------------
+INSTANCE_TYPE_NOT_READY = "InstanceTypeNotReady"
+READING_INSTANCE_TYPE = "ReadingInstanceType"
+READING_NODE = "ReadingNode"
+READING_GPU_CLASSES = "ReadingGPUClasses"
+WAITING_FOR_VOLUME = "WaitingForVolume"
+WAITING_FOR_LICENSE = "WaitingForLicense"
+
+# --- Instance: running and stopped ------------------------------------------------------------
+POD_COMPOSED = "PodComposed"
+VMI_COMPOSED = "VirtualMachineInstanceComposed"
+STOPPED = "Stopped"
+
+# --- results ----------------------------------------------------------------------------------
+ALLOCATION_CONFLICT = "AllocationConflict"  # Devices: an observed allocation the ledger refused
+UNREADABLE_OBJECT = "UnreadableObject"  # a required object skipped: its kind, name and field
+
+# --- GPUClass condition reasons -----------------------------------------------------------------
+CONFLICT, UNIQUE = "Conflict", "Unique"
+NOT_PERMITTED, PERMITTED = "NotPermitted", "Permitted"
+MISSING, PRESENT, NOT_LICENSED = "Missing", "Present", "NotLicensed"
+ALL_READABLE = "AllReadable"
+
+# --- phases -----------------------------------------------------------------------------------
+# InstanceType (its ClusterQueue's state)
+ACTIVE, ACTIVATING, INACTIVE, DRAINING = "Active", "Activating", "Inactive", "Draining"
+# Instance (reference §1.4, plus Refused)
+STARTING, SCHEDULING, PENDING, INITIALIZING = "Starting", "Scheduling", "Pending", "Initializing"
+READY, NOT_READY, SUCCEEDED, FAILED = "Ready", "NotReady", "Succeeded", "Failed"
+STOPPING, STOPPED_PHASE, REFUSED = "Stopping", "Stopped", "Refused"

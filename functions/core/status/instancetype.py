@@ -1,0 +1,269 @@
+"""`InstanceType.status`: written by the instancetype handler, read by the instance handler.
+
+What people read (the four views, the CPU view, `detail`, the printer-column `display`) and what
+an Instance needs (`offers`: the hardware a request is sized against, the sharing modes the pool
+offers, the partition profiles, the request bounds) are both here, under version 2. Release
+0.1.0 (version 1, no `version` field) published the Instance's figures in `detail`,
+`largestNodeCards` and `largestNodeCores`; the reader still takes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from functions.core import names, quantity
+from functions.core.modes import TAKEN, Mode
+from functions.core.pools import NodeSummary, PoolKey, PoolViews
+from functions.core.quantity import MIB, QuantityError
+from functions.core.requests import InstanceTypeFacts
+from functions.core.status import StatusError, read_int, read_list, read_object, read_str
+
+VERSION = 2
+
+
+@dataclass(frozen=True)
+class Offers:
+    """What the pool offers an Instance: the hardware, the modes, the bounds."""
+
+    manufacturer: str = ""
+    card_memory_mib: int = 0
+    modes: tuple[Mode, ...] = ()
+    profiles: tuple[tuple[str, int], ...] = ()  # (name, MiB) of each offered partition
+    largest_node_cards: int = 0  # the whole-card request bound
+    largest_node_cores: int = 0  # the CPU request bound of a CPU pool
+    cpu_capacity: int = 0
+
+    def as_status(self) -> dict[str, Any]:
+        return {
+            "manufacturer": self.manufacturer,
+            "cardMemoryMiB": self.card_memory_mib,
+            "modes": [mode.title for mode in self.modes],
+            "profiles": [{"name": name, "memoryMiB": mib} for name, mib in self.profiles],
+            "largestNodeCards": self.largest_node_cards,
+            "largestNodeCores": self.largest_node_cores,
+            "cpuCapacity": self.cpu_capacity,
+        }
+
+
+# --- writer -----------------------------------------------------------------------------------
+
+
+def write(
+    *,
+    phase: str,
+    message: str,
+    entrance: str,
+    views: PoolViews,
+    detail: Mapping[str, Any],
+    offers: Offers,
+    unit: str,
+    acceleratable: bool,
+) -> dict[str, Any]:
+    """The whole `InstanceType.status` the instancetype handler publishes."""
+    accelerators = views.accelerators
+    status: dict[str, Any] = {
+        "version": VERSION,
+        "phase": phase,
+        "entrance": entrance,
+        "accelerator": accelerators.exclusive.as_status(),
+        "acceleratorShared": accelerators.shared.as_status(),
+        "acceleratorSliced": accelerators.sliced.as_status(),
+        "acceleratorPartitioned": accelerators.partitioned.as_status(),
+        "nodes": len(views.nodes),
+        "detail": dict(detail),
+        "offers": offers.as_status(),
+        "display": {
+            "unit": unit,
+            "accelerator": accelerators.display,
+            "cpu": views.cpu.display,
+        },
+    }
+    if not acceleratable:
+        status["cpu"] = views.cpu.as_status()
+    if message:
+        status["phaseMessage"] = message
+    return status
+
+
+def members(nodes: list[NodeSummary], views: PoolViews) -> list[NodeSummary]:
+    covered = set(views.nodes)
+    return [node for node in nodes if node.node in covered]
+
+
+def offers(pool: PoolKey, nodes: list[NodeSummary], views: PoolViews) -> Offers:
+    """What an Instance of this pool may ask for, from the nodes the pool covers."""
+    covered = members(nodes, views)
+    bounds = Offers(
+        largest_node_cards=views.largest_node_cards,
+        largest_node_cores=views.largest_node_cores,
+        cpu_capacity=views.cpu.capacity,
+    )
+    if pool.a_key is None or not covered:
+        return bounds
+    a_key = pool.a_key
+    first = covered[0].facts[a_key]
+    modes = [Mode.EXCLUSIVE, Mode.SHARED]
+    if any(n.groups[a_key].logical_cards for n in covered):
+        modes.append(Mode.SLICED)
+    partitioned = next((n for n in covered if n.groups[a_key].partition_capacity), None)
+    profiles = partitioned.facts[a_key].profiles if partitioned else ()
+    if profiles:
+        modes.append(Mode.PARTITIONED)
+    return Offers(
+        manufacturer=first.manufacturer,
+        card_memory_mib=first.memory_mib,
+        modes=tuple(modes),
+        profiles=tuple((p.name, p.memory_mib) for p in profiles),
+        largest_node_cards=bounds.largest_node_cards,
+        largest_node_cores=bounds.largest_node_cores,
+        cpu_capacity=bounds.cpu_capacity,
+    )
+
+
+def detail(pool: PoolKey, nodes: list[NodeSummary], views: PoolViews) -> dict[str, Any]:
+    """The observed hardware behind the pool, as the walkthrough shows it (empty: no node).
+
+    Descriptors come from the first covered node; whether the pool slices logically or
+    physically comes from every node's counts (a pool may mix MIG and whole cards).
+    """
+    covered = members(nodes, views)
+    if not covered:
+        return {}
+    if not pool.a_key:
+        if pool.g_key is None:
+            return {"manufacturer": names.GENERIC}
+        return {
+            "manufacturer": names.cpu_manufacturer(pool.g_key),
+            "product": covered[0].cpu.model_name,
+        }
+    a_key = pool.a_key
+    first = covered[0].facts[a_key]
+    sliceable = next((n for n in covered if n.groups[a_key].logical_cards), None)
+    logical = sliceable.facts[a_key].slice_slots if sliceable else 0
+    partitioned = next((n for n in covered if n.groups[a_key].partition_capacity), None)
+    profiles = partitioned.facts[a_key].profiles if partitioned else ()
+    return {
+        "manufacturer": first.manufacturer,
+        "product": names.label_value(first.product),
+        "family": first.family,
+        "memory": quantity.format_mebibytes(first.memory_mib),
+        "cores": str(first.cores),
+        "computeCapability": first.compute_capability,
+        "runtimeVersion": first.runtime_version,
+        "slicedDetail": {
+            "logical": {"count": logical, "coresPercentageOvercommit": logical > 0},
+            "physical": {
+                "count": max((p.count for p in profiles), default=0),
+                "profiles": [
+                    {"name": p.name, "count": p.count, "memoryMiB": p.memory_mib} for p in profiles
+                ],
+            },
+        },
+    }
+
+
+# --- reader -----------------------------------------------------------------------------------
+
+
+def read(instance_type: Any) -> InstanceTypeFacts:
+    """An InstanceType (spec and published status) as an Instance sees it.
+
+    Raises StatusError naming the field when the spec's units or the status cannot be read.
+    """
+    metadata = read_object(instance_type.get("metadata"), "metadata")
+    spec = read_object(instance_type.get("spec"), "spec")
+    status = read_object(instance_type.get("status"), "status")
+    unit = read_object(spec.get("unitResources"), "spec.unitResources")
+    acceleratable = spec.get("acceleratable") is True
+    version = read_int(status.get("version"), "status.version", default=1)
+    offered = _offers(status) if version >= 2 else _v1_offers(status)
+    return InstanceTypeFacts(
+        name=read_str(metadata.get("name"), "metadata.name"),
+        acceleratable=acceleratable,
+        unit_cpu=int(_quantity(unit.get("cpu"), "spec.unitResources.cpu", "1")),
+        unit_ram=_quantity(unit.get("ram"), "spec.unitResources.ram", "0"),
+        local_storage=_quantity(spec.get("localStorage"), "spec.localStorage", "100Gi"),
+        accelerator_group=read_str(spec.get("acceleratorGroup"), "spec.acceleratorGroup"),
+        manufacturer=offered.manufacturer if acceleratable else "",
+        card_memory_mib=offered.card_memory_mib,
+        modes=frozenset(offered.modes),
+        profiles=dict(offered.profiles),
+        largest_node_cards=offered.largest_node_cards,
+        largest_node_cores=offered.largest_node_cores,
+        cpu_capacity=offered.cpu_capacity,
+        entrance=read_str(status.get("entrance"), "status.entrance"),
+        phase=read_str(status.get("phase"), "status.phase"),
+    )
+
+
+def _quantity(value: Any, path: str, default: str) -> int:
+    try:
+        return quantity.floor(quantity.parse(value if value is not None else default))
+    except QuantityError as error:
+        raise StatusError(path, str(error)) from None
+
+
+def _offers(status: Any) -> Offers:
+    offers = read_object(status.get("offers"), "status.offers")
+    modes = []
+    for index, title in enumerate(read_list(offers.get("modes"), "status.offers.modes")):
+        try:
+            modes.append(Mode.named(read_str(title, f"status.offers.modes[{index}]")))
+        except ValueError:
+            continue  # a mode a newer release offers: not ours to take
+    profiles = tuple(
+        (
+            read_str(p.get("name"), f"status.offers.profiles[{i}].name"),
+            read_int(p.get("memoryMiB"), f"status.offers.profiles[{i}].memoryMiB"),
+        )
+        for i, p in enumerate(read_list(offers.get("profiles"), "status.offers.profiles"))
+    )
+    return Offers(
+        manufacturer=read_str(offers.get("manufacturer"), "status.offers.manufacturer"),
+        card_memory_mib=read_int(offers.get("cardMemoryMiB"), "status.offers.cardMemoryMiB"),
+        modes=tuple(modes),
+        profiles=profiles,
+        largest_node_cards=read_int(
+            offers.get("largestNodeCards"), "status.offers.largestNodeCards"
+        ),
+        largest_node_cores=read_int(
+            offers.get("largestNodeCores"), "status.offers.largestNodeCores"
+        ),
+        cpu_capacity=read_int(offers.get("cpuCapacity"), "status.offers.cpuCapacity"),
+    )
+
+
+def _v1_offers(status: Any) -> Offers:
+    """Release 0.1.0 kept the Instance's figures in the people-facing detail."""
+    detail = read_object(status.get("detail"), "status.detail")
+    sliced = read_object(detail.get("slicedDetail"), "status.detail.slicedDetail")
+    logical = read_object(sliced.get("logical"), "status.detail.slicedDetail.logical")
+    physical = read_object(sliced.get("physical"), "status.detail.slicedDetail.physical")
+    memory = detail.get("memory")
+    card_mib = _quantity(memory, "status.detail.memory", "0") // MIB if memory else 0
+    profiles = tuple(
+        (
+            read_str(p.get("name"), "status.detail.slicedDetail.physical.profiles[].name"),
+            read_int(
+                p.get("memoryMiB"), "status.detail.slicedDetail.physical.profiles[].memoryMiB"
+            ),
+        )
+        for p in read_list(physical.get("profiles"), "status.detail.slicedDetail.physical.profiles")
+    )
+    modes = [Mode.EXCLUSIVE, Mode.SHARED]
+    if read_int(logical.get("count"), "status.detail.slicedDetail.logical.count") > 0:
+        modes.append(Mode.SLICED)
+    if profiles:
+        modes.append(Mode.PARTITIONED)
+    cpu = read_object(status.get("cpu"), "status.cpu")
+    return Offers(
+        manufacturer=read_str(detail.get("manufacturer"), "status.detail.manufacturer"),
+        card_memory_mib=card_mib,
+        modes=tuple(m for m in TAKEN if m in modes),
+        profiles=profiles,
+        largest_node_cards=read_int(status.get("largestNodeCards"), "status.largestNodeCards"),
+        largest_node_cores=read_int(status.get("largestNodeCores"), "status.largestNodeCores"),
+        cpu_capacity=read_int(cpu.get("capacity"), "status.cpu.capacity"),
+    )

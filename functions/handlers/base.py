@@ -1,0 +1,125 @@
+"""What a handler is given and what it is made of: plain data, no protobuf.
+
+A handler is a name, the composite kinds it serves, a TTL, and two functions of a `Request`:
+`requirements` (the objects it needs Crossplane to fetch, declared from the composite alone so
+every call of a reconcile asks the same) and `compose` (the desired state, as plain data). The
+frame (functions/frame.py) builds the Request from a RunFunctionRequest and turns the Desired
+into a response; tests build Requests from dicts with `Request.of`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.core import labels
+from functions.handlers.desired import Desired
+from functions.views import View, view_of
+
+
+class InputError(Exception):
+    """Bad input: a Fatal result whose message names the field and says what to do."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A resource selector: by name, by labels, or (neither) every object of the kind."""
+
+    api_version: str
+    kind: str
+    match_name: str | None = None
+    match_labels: Mapping[str, str] | None = None
+    namespace: str | None = None
+
+
+Objects = Mapping[str, Any]  # name → a Struct, a dict, or a View
+
+
+class Request:
+    """Read access to one function call: the composite, observed and required objects.
+
+    `required(name)` is None while Crossplane has not resolved the requirement yet and a list
+    (maybe empty) once it has; items are sorted by namespace and name, and a namespaced
+    requirement's items are kept to its namespace even when the caller could not filter.
+    """
+
+    def __init__(
+        self,
+        composite: Any,
+        observed: Objects | None = None,
+        required: Mapping[str, Sequence[Any] | None] | None = None,
+        requirements: Mapping[str, Requirement] | None = None,
+        step_input: Any = None,
+    ):
+        self.xr: View = view_of(composite)
+        self.input: View = view_of(step_input)
+        self._observed = observed or {}
+        self._required = required or {}
+        self.requirements: Mapping[str, Requirement] = requirements or {}
+
+    @classmethod
+    def of(
+        cls,
+        composite: Mapping[str, Any],
+        observed: Mapping[str, Mapping[str, Any]] | None = None,
+        required: Mapping[str, Sequence[Mapping[str, Any]] | None] | None = None,
+    ) -> Request:
+        """A request from plain dicts (tests, the simulator)."""
+        return cls(composite, observed, required)
+
+    def with_requirements(self, requirements: Mapping[str, Requirement]) -> Request:
+        return Request(self.xr, self._observed, self._required, requirements, self.input)
+
+    @property
+    def kind(self) -> str:
+        return self.xr.str("kind")
+
+    @property
+    def namespace(self) -> str:
+        """The XR's namespace, or a legacy claim's (from Crossplane's claim label)."""
+        return self.xr.namespace or self.xr.labels().get(labels.CLAIM_NAMESPACE, "")
+
+    @property
+    def name(self) -> str:
+        """The tenant-facing name: a legacy XR answers with its claim's name."""
+        return self.xr.labels().get(labels.CLAIM_NAME) or self.xr.name
+
+    def observed(self, name: str) -> View | None:
+        found = self._observed.get(name)
+        return view_of(found) if found is not None else None
+
+    def observed_names(self) -> list[str]:
+        return sorted(self._observed)
+
+    def required(self, name: str) -> list[View] | None:
+        if name not in self._required or self._required[name] is None:
+            return None
+        items = [view_of(item) for item in self._required[name] or ()]
+        requirement = self.requirements.get(name)
+        if requirement is not None and requirement.namespace:
+            items = [item for item in items if item.namespace == requirement.namespace]
+        return sorted(items, key=lambda view: (view.namespace, view.name))
+
+    def required_one(self, name: str) -> View | None:
+        items = self.required(name)
+        return items[0] if items else None
+
+
+@dataclass(frozen=True)
+class Handler:
+    """One handler: what it serves and its two functions of a Request."""
+
+    name: str
+    kinds: frozenset[str]
+    compose: Callable[[Request], Desired]
+    requirements: Callable[[Request], dict[str, Requirement]] = field(default=lambda request: {})
+    # Required resources are fetched, not watched (Crossplane v2.3): the TTL is how soon a
+    # change in them is seen.
+    ttl: datetime.timedelta = datetime.timedelta(seconds=60)

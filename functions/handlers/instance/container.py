@@ -1,0 +1,146 @@
+"""The Container runtime: an Instance becomes a Pod queued through Kueue (+ a NodePort Service).
+
+The request is planned by the core (`plan`: sizes, resource keys, credits); the Pod is laid out
+by `pod`; its status is mirrored back into the Instance. A running Pod keeps what it was
+composed with: Pods are immutable, and a setting turned off later must not strand it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from functions.core import labels, names, reasons
+from functions.core.requests import InstanceTypeFacts, Wait, plan
+from functions.handlers.instance import lifecycle
+from functions.handlers.instance.outcome import (
+    Instance,
+    Outcome,
+    Running,
+    Waiting,
+    refused,
+)
+from functions.handlers.instance.pod import PodInputs, render_pod, render_service
+from functions.views import View
+
+# The RuntimeClass each manufacturer's container toolkit installs (T-Head's needs none).
+RUNTIME_CLASSES = {
+    m: m for m in ("amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia")
+}
+
+
+def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
+    resources = instance.spec.view("resources").to_dict()
+    planned = plan(resources, facts, instance.settings.overcommit)
+    if isinstance(planned, Wait):
+        return Waiting(planned.reason, planned.message)
+    if isinstance(planned, list):
+        return refused(*planned)
+    if not facts.entrance:
+        message = f"spec.type: instance type {facts.name} has no entrance yet; retry"
+        return Waiting(reasons.INSTANCE_TYPE_NOT_READY, message)
+    placed = lifecycle.placement(instance, hostname)
+    if not (placed is None or isinstance(placed, str)):
+        return placed
+    inputs = PodInputs(
+        name=instance.name,
+        namespace=instance.namespace,
+        entrance=facts.entrance,
+        plan=planned,
+        manufacturer=facts.manufacturer,
+        accelerator_key=facts.accelerator_group,
+        hostname=placed,
+        runtime_class=runtime_class(instance, facts.manufacturer),
+        fit_affinity=instance.settings.workload_fit_affinity,
+    )
+    pod = render_pod(instance.spec, inputs)
+    if instance.workload is not None:
+        keep_placement_and_size(pod, instance.workload)
+    composed = {"pod": pod}
+    service = render_service(instance.spec, instance.name, instance.namespace)
+    if service is not None:
+        composed["service"] = service
+    status = pod_status(instance.workload, instance.request.observed("service"))
+    return Running(reasons.POD_COMPOSED, composed, status)
+
+
+def runtime_class(instance: Instance, manufacturer: str) -> str | None:
+    """The manufacturer's RuntimeClass, only if the cluster has it (reference §5.2)."""
+    wanted = RUNTIME_CLASSES.get(manufacturer)
+    classes = {c.name for c in instance.request.required("runtimeclasses") or []}
+    return wanted if wanted in classes else None
+
+
+def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:
+    """What a running Pod was composed with stays: its main container's resources and its
+    placement fields (Pods are immutable; overcommit or fit affinity may have changed since)."""
+    observed_main = next(
+        (
+            c
+            for c in observed.list("spec", "containers").views()
+            if c.str("name") == names.MAIN_CONTAINER
+        ),
+        None,
+    )
+    if observed_main is not None and observed_main.has("resources"):
+        pod["spec"]["containers"][0]["resources"] = observed_main.view("resources").to_dict()
+    for field in ("nodeSelector", "affinity", "runtimeClassName"):
+        if observed.has("spec", field):
+            pod["spec"][field] = observed.view("spec").to_dict()[field]
+        else:
+            pod["spec"].pop(field, None)
+
+
+def pod_phase(pod: View | None) -> tuple[str, str]:
+    """The Instance phase from the Pod's phase and conditions (reference §1.4)."""
+    if pod is None:
+        return reasons.STARTING, "composing the Pod"
+    if pod.str("status", "phase") in (reasons.SUCCEEDED, reasons.FAILED):
+        return pod.str("status", "phase"), pod.str("status", "message")
+    conditions = {c.str("type"): c for c in pod.list("status", "conditions").views()}
+    scheduled = conditions.get("PodScheduled")
+    if scheduled is None or scheduled.str("status") == "Unknown":
+        return reasons.SCHEDULING, ""
+    if scheduled.str("status") == "False":
+        return reasons.PENDING, scheduled.str("message") or scheduled.str("reason")
+    initialized = conditions.get("Initialized")
+    if initialized is not None and initialized.str("status") == "False":
+        return reasons.INITIALIZING, initialized.str("message")
+    ready = conditions.get("Ready")
+    if ready is None:
+        return reasons.STARTING, ""
+    if ready.str("status") == "True":
+        return reasons.READY, ""
+    if ready.str("reason") == "ContainersNotReady" or ready.str("status") == "Unknown":
+        return reasons.STARTING, ready.str("message")
+    return reasons.NOT_READY, ready.str("message")
+
+
+def pod_status(pod: View | None, service: View | None) -> dict[str, Any]:
+    """The Instance's status mirrored from its Pod (and Service): phase, node, IPs, ports,
+    and what the device plugin allocated."""
+    phase, message = pod_phase(pod)
+    status: dict[str, Any] = {"phase": phase}
+    if message:
+        status["phaseMessage"] = message
+    if pod is None:
+        return status
+    if pod.str("spec", "nodeName"):
+        status["nodeName"] = pod.str("spec", "nodeName")
+    host_ips = [ip.str("ip") for ip in pod.list("status", "hostIPs").views()]
+    pod_ips = [ip.str("ip") for ip in pod.list("status", "podIPs").views()]
+    if host_ips:
+        status["hostIPs"] = host_ips
+    if pod_ips:
+        status["podIPs"] = pod_ips
+    if service is not None:
+        status["ports"] = [
+            {k: v for k, v in p.to_dict().items() if k in ("port", "protocol", "name", "nodePort")}
+            for p in service.list("spec", "ports").views()
+        ]
+    allocated = pod.str("metadata", "annotations", labels.ALLOCATED)
+    if allocated:
+        with contextlib.suppress(json.JSONDecodeError):
+            status["allocations"] = json.loads(allocated)
+    return status

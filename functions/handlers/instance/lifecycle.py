@@ -1,0 +1,120 @@
+"""An Instance's lifecycle: stopped or not, its InstanceType, and the node it is pinned to.
+
+`spec.stop` removes the workload. Deleting or draining the InstanceType stops the Instance and
+records the generation it stopped at; it stays stopped until its spec changes (the walkthrough
+repoints `spec.type` and clears `stop`).
+"""
+
+from __future__ import annotations
+
+from functions.core import labels, reasons
+from functions.core.requests import InstanceTypeFacts, Refusal
+from functions.core.status import StatusError
+from functions.core.status import instancetype as type_status
+from functions.handlers.instance import volumes
+from functions.handlers.instance.outcome import (
+    Instance,
+    Outcome,
+    Stopped,
+    Waiting,
+    refused,
+)
+
+# An Instance in one of these phases never ran, so a missing type refuses it; any other has
+# run, so a missing type stops it.
+NEVER_RAN = ("", reasons.REFUSED, reasons.STARTING)
+
+
+def stopped(instance: Instance) -> Stopped | None:
+    if instance.spec.bool("stop"):
+        return Stopped("stopped by spec.stop")
+    status = instance.request.xr.view("status")
+    stopped_at = status.get("stoppedGeneration")
+    if isinstance(stopped_at, int) and stopped_at == instance.generation:
+        return Stopped(status.str("phaseMessage") or "stopped", instance.generation)
+    return None
+
+
+def drain(instance: Instance, why: str) -> Stopped:
+    message = (
+        f"{why}: the Instance stopped at generation {instance.generation}; change its spec "
+        "(for example spec.type) to start it again"
+    )
+    return Stopped(message, instance.generation)
+
+
+def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
+    """The InstanceType the Instance runs on, or why it cannot: refused, waiting, drained."""
+    name = instance.spec.str("type")
+    if not name:
+        return refused(
+            Refusal("spec.type", "type must be specified", reasons.INSTANCE_TYPE_NOT_FOUND)
+        )
+    found = instance.request.required("instancetype")
+    if found is None:
+        return Waiting(reasons.READING_INSTANCE_TYPE, f"spec.type: reading instance type {name}")
+    observed = found[0] if found else None
+    if observed is not None and observed.str("status", "phase") == reasons.DRAINING:
+        return drain(instance, f"instance type {name} is draining")
+    if observed is not None and not observed.has("metadata", "deletionTimestamp"):
+        try:
+            return type_status.read(observed)
+        except StatusError as error:
+            message = (
+                f"spec.type: instance type {name} published an unreadable status "
+                f"({error}); waiting for its next reconcile"
+            )
+            return Waiting(reasons.INSTANCE_TYPE_NOT_READY, message)
+    phase = instance.request.xr.str("status", "phase")
+    if instance.workload is not None or phase not in NEVER_RAN:
+        return drain(instance, f"instance type {name} was deleted")
+    return refused(
+        Refusal(
+            "spec.type",
+            f"instance type {name} not found: pick one from `kubectl get instancetypes`",
+            reasons.INSTANCE_TYPE_NOT_FOUND,
+        )
+    )
+
+
+def pinned_hostname(instance: Instance) -> str | Outcome | None:
+    """The pin is a `kubernetes.io/hostname` nodeSelector read from the Node, never nodeName."""
+    node_name = instance.spec.str("nodeName")
+    if not node_name:
+        return None
+    found = instance.request.required("node")
+    if found is None:
+        return Waiting(reasons.READING_NODE, f"spec.nodeName: reading node {node_name}")
+    if found:
+        return found[0].labels().get(labels.HOSTNAME) or node_name
+    if instance.workload is not None:  # the node only has to exist when the Pod is first made
+        return instance.workload.str("spec", "nodeSelector", labels.HOSTNAME) or node_name
+    return refused(
+        Refusal(
+            "spec.nodeName",
+            f"node {node_name} not found: pick one from `kubectl get nodes`",
+            reasons.NODE_NOT_FOUND,
+        )
+    )
+
+
+def placement(instance: Instance, hostname: str | None) -> str | Outcome | None:
+    """Where the workload may run once its claims are considered: a node-local volume pins it
+    (walkthrough §6); a claim nothing binds yet makes it wait; a pin elsewhere is refused."""
+    if not instance.settings.persistent_volume_placement:
+        return hostname
+    request = instance.request
+    where = volumes.placement(
+        volumes.claims(instance.spec),
+        request.required("claims"),
+        request.required("volumes"),
+        request.required("storageclasses"),
+    )
+    if where.waiting:
+        return Waiting(reasons.WAITING_FOR_VOLUME, where.waiting)
+    if where.node and hostname and where.node != hostname:
+        message = (
+            f"the pin to {hostname} conflicts with a node-local persistent volume on {where.node}"
+        )
+        return refused(Refusal("spec.nodeName", message, reasons.PLACEMENT_CONFLICT))
+    return hostname or where.node

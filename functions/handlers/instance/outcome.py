@@ -1,0 +1,111 @@
+"""One Instance's reconcile: what it reads (`Instance`) and the four ways it ends (outcomes).
+
+Every decision returns a value, never raises: `Stopped` (no workload, and why), `Refused` (a
+spec the cluster will never take as it is: the fields and reasons), `Waiting` (the cluster has
+not caught up yet: the reason, and anything composed meanwhile), or `Running` (the workload's
+objects and the status mirrored from them). `render` turns an outcome into the Desired state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from functions.core import reasons
+from functions.core.requests import Refusal
+from functions.core.settings import Settings
+from functions.handlers.base import Request
+from functions.handlers.desired import Desired
+from functions.views import View
+
+
+@dataclass(frozen=True)
+class Instance:
+    """What one reconcile of an Instance reads."""
+
+    request: Request
+    spec: View
+    name: str
+    namespace: str
+    settings: Settings
+    workload: View | None  # the observed Pod or VMI, if any
+    generation: int
+
+    @property
+    def virtual_machine(self) -> bool:
+        return self.spec.str("runtime") == "VirtualMachine"
+
+
+@dataclass(frozen=True)
+class Stopped:
+    message: str
+    generation: int | None = None  # recorded as status.stoppedGeneration
+
+
+@dataclass(frozen=True)
+class Refused:
+    refusals: tuple[Refusal, ...]
+
+    @property
+    def reason(self) -> str:
+        return self.refusals[0].reason
+
+    @property
+    def message(self) -> str:
+        return "; ".join(map(str, self.refusals))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: str
+    message: str
+    resources: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Running:
+    reason: str  # PodComposed or VirtualMachineInstanceComposed
+    resources: Mapping[str, dict[str, Any]]
+    status: Mapping[str, Any]
+
+
+Outcome = Stopped | Refused | Waiting | Running
+
+
+def refused(*refusals: Refusal) -> Refused:
+    return Refused(tuple(refusals))
+
+
+def render(instance: Instance, outcome: Outcome, desired: Desired) -> Desired:
+    """The Desired state an outcome comes to."""
+    if isinstance(outcome, Running):
+        _compose(instance, outcome.resources, desired)
+        desired.condition(reasons.ADMITTED, True, outcome.reason)
+        desired.status = dict(outcome.status)
+    elif isinstance(outcome, Waiting):
+        _compose(instance, outcome.resources, desired)
+        desired.condition(reasons.ADMITTED, False, outcome.reason, outcome.message)
+        desired.status = {"phase": reasons.STARTING, "phaseMessage": outcome.message}
+        desired.composite_ready = False
+    elif isinstance(outcome, Stopped):
+        stopping = instance.workload is not None
+        phase = reasons.STOPPING if stopping else reasons.STOPPED_PHASE
+        desired.status = {"phase": phase, "phaseMessage": outcome.message}
+        if outcome.generation is not None:
+            desired.status["stoppedGeneration"] = outcome.generation
+        desired.condition(reasons.ADMITTED, False, reasons.STOPPED, outcome.message)
+        desired.composite_ready = False
+    elif instance.workload is not None:  # a Fatal result keeps the running workload untouched
+        desired.fatal(outcome.message, outcome.reason)
+    else:
+        desired.condition(reasons.ADMITTED, False, outcome.reason, outcome.message)
+        desired.warning(outcome.message, outcome.reason)
+        desired.status = {"phase": reasons.REFUSED, "phaseMessage": outcome.message}
+        desired.composite_ready = False
+    return desired
+
+
+def _compose(instance: Instance, resources: Mapping[str, dict[str, Any]], desired: Desired) -> None:
+    for name, obj in resources.items():
+        desired.compose(name, obj, instance.request.observed(name))

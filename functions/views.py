@@ -1,0 +1,202 @@
+"""Small typed, lazy, read-only views over objects: protobuf Structs or plain dicts alike.
+
+Required resources arrive as Structs; a pool's request can carry thousands of Devices objects.
+Converting every object to a dict costs many times the protobuf parse itself, so handlers read
+through a `View`: each `get` walks only the path asked for, and numbers that are whole come
+back as ints (a Struct holds every number as a double). The same interface over a plain dict
+lets tests and the simulator call a handler's rules with dicts, never building a protobuf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+_MISSING = object()
+
+
+class View:
+    """Read access by key path: `view.get("spec", "unitResources", "cpu")`."""
+
+    __slots__ = ()
+
+    def value(self, key: str) -> Any:
+        """The value under one key, wrapped as a View or ListView; None when absent."""
+        raise NotImplementedError
+
+    def keys(self) -> list[str]:
+        raise NotImplementedError
+
+    def get(self, *path: str, default: Any = None) -> Any:
+        node: Any = self
+        for key in path:
+            if not isinstance(node, View):
+                return default
+            node = node.value(key)
+            if node is None:
+                return default
+        return node
+
+    def has(self, *path: str) -> bool:
+        return self.get(*path, default=_MISSING) is not _MISSING
+
+    def str(self, *path: str, default: str = "") -> str:
+        value = self.get(*path)
+        return value if isinstance(value, str) else default
+
+    def bool(self, *path: str, default: bool = False) -> bool:
+        value = self.get(*path)
+        return value if isinstance(value, bool) else default
+
+    def view(self, *path: str) -> View:
+        value = self.get(*path)
+        return value if isinstance(value, View) else EMPTY
+
+    def list(self, *path: str) -> ListView:
+        value = self.get(*path)
+        return value if isinstance(value, ListView) else ListView(())
+
+    @property
+    def name(self) -> str:
+        return self.str("metadata", "name")
+
+    @property
+    def namespace(self) -> str:
+        return self.str("metadata", "namespace")
+
+    def labels(self) -> dict[str, str]:
+        return {k: v for k, v in self.view("metadata", "labels").items() if isinstance(v, str)}
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        for key in self.keys():
+            yield key, self.value(key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole object as plain Python (for small objects only; never on a hot path)."""
+        return {key: _plain(value) for key, value in self.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self.keys())
+
+
+class StructView(View):
+    """A View over a protobuf Struct (what Crossplane sends)."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, struct: struct_pb2.Struct):
+        self.fields = struct.fields
+
+    def value(self, key: str) -> Any:
+        found = self.fields.get(key)
+        return _unwrap(found) if found is not None else None
+
+    def get(self, *path: str, default: Any = None) -> Any:
+        if len(path) == 1:  # the common case, without the walk: this is the hot path
+            found = self.fields.get(path[0])
+            node = _unwrap(found) if found is not None else None
+            return default if node is None else node
+        return super().get(*path, default=default)
+
+    def keys(self) -> list[str]:
+        return list(self.fields.keys())
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        for key, value in self.fields.items():
+            yield key, _unwrap(value)
+
+    def __bool__(self) -> bool:
+        return len(self.fields) > 0
+
+
+class DictView(View):
+    """A View over a plain dict (tests, the simulator, objects read from YAML)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: Mapping[str, Any]):
+        self.data = data
+
+    def value(self, key: str) -> Any:
+        return _wrap(self.data.get(key))
+
+    def keys(self) -> list[str]:
+        return list(self.data.keys())
+
+
+class ListView:
+    """A read-only list whose objects come back as Views."""
+
+    __slots__ = ("_unwrap", "_values")
+
+    def __init__(self, values: struct_pb2.ListValue | Sequence[Any]):
+        if isinstance(values, struct_pb2.ListValue):
+            self._values: Sequence[Any] = values.values
+            self._unwrap = _unwrap
+        else:
+            self._values = values
+            self._unwrap = _wrap
+
+    def __iter__(self) -> Iterator[Any]:
+        unwrap = self._unwrap
+        return (unwrap(value) for value in self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def views(self) -> Iterator[View]:
+        return (item for item in self if isinstance(item, View))
+
+    def to_list(self) -> list[Any]:
+        return [_plain(value) for value in self]
+
+
+def view_of(obj: struct_pb2.Struct | Mapping[str, Any] | View | None) -> View:
+    """The right View for a Struct, a dict, or a View already."""
+    if isinstance(obj, View):
+        return obj
+    if isinstance(obj, struct_pb2.Struct):
+        return StructView(obj)
+    if obj is None:
+        return EMPTY
+    return DictView(obj)
+
+
+def _unwrap(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")  # most frequent kinds first: this is the hot path
+    if kind == "number_value":
+        number = value.number_value
+        return int(number) if number.is_integer() else number
+    if kind == "string_value":
+        return value.string_value
+    if kind == "struct_value":
+        return StructView(value.struct_value)
+    if kind == "list_value":
+        return ListView(value.list_value)
+    if kind == "bool_value":
+        return value.bool_value
+    return None
+
+
+def _wrap(value: Any) -> Any:
+    """A dict's value as a Struct view would give it: objects as Views, whole floats as ints."""
+    if isinstance(value, Mapping):
+        return DictView(value)
+    if isinstance(value, list | tuple):
+        return ListView(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, View):
+        return value.to_dict()
+    if isinstance(value, ListView):
+        return value.to_list()
+    return value
+
+
+EMPTY: View = DictView({})
