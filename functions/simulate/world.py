@@ -19,13 +19,14 @@ from typing import Any
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions import pipeline, standins
+from functions import pipeline
+from functions.simulate import old_standins as standins
 from functions.core import labels
 from functions.core.catalog import kubectl_table
 from functions.server import run_function
 from functions.views import StructView
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSITION_RESOURCE_NAME = labels.COMPOSITION_RESOURCE_NAME
 COMPOSITE_LABEL = labels.COMPOSITE
 MAX_ROUNDS = 12

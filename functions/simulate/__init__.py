@@ -1,0 +1,8 @@
+"""A simulated cluster that runs the real handlers the way Crossplane would, with stand-ins for
+the controllers around them (`gpustack-fn simulate`, the scenario tests)."""
+
+from __future__ import annotations
+
+from functions.simulate.world import World, load_documents, play, world_from
+
+__all__ = ["World", "load_documents", "play", "world_from"]
