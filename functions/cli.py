@@ -154,22 +154,31 @@ def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
     "--cpuinfo", type=click.Path(path_type=Path), default=Path("/proc/cpuinfo"), show_default=True
 )
 @click.option("--once", is_flag=True, help="Poll once, apply if changed, and exit.")
-@click.option("--debug", "-d", is_flag=True, envvar="DEBUG")
-def agent(node_name, period, pod_resources_socket, nvml_fixture, cpuinfo, once, debug) -> None:
-    """Report this node's GPUs and allocations as its Devices object."""
-    import logging
+@click.option(
+    "--debug", "-d", is_flag=True, envvar="DEBUG", help="Emit debug logs (console lines)."
+)
+@server.metrics_option
+def agent(
+    node_name, period, pod_resources_socket, nvml_fixture, cpuinfo, once, debug, metrics_address
+) -> None:
+    """Report this node's GPUs and allocations as its Devices object.
+
+    Logs are JSON lines (console lines with --debug), as the function server's. With
+    --metrics-address it serves /metrics, /healthz (the loop turns) and /readyz (the last poll
+    reached the API server) for the DaemonSet's probes.
+    """
     import signal
     import threading
     from functools import partial
 
+    from crossplane.function import logging
+
+    from functions import metrics
     from functions.agent.agent import Agent, KubernetesApi
     from functions.agent.nvml import FakeNvml, PynvmlBackend
     from functions.agent.podresources import list_devices
 
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(message)s",
-    )
+    logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
     nvml = FakeNvml.from_file(nvml_fixture) if nvml_fixture else PynvmlBackend()
     node_agent = Agent(
         node_name, nvml, KubernetesApi(), partial(list_devices, pod_resources_socket), cpuinfo
@@ -177,6 +186,10 @@ def agent(node_name, period, pod_resources_socket, nvml_fixture, cpuinfo, once, 
     if once:
         node_agent.poll()
         return
+    if metrics_address:
+        metrics.agent_metrics()  # the families show from the first scrape on
+        metrics.serve(metrics_address, {"/healthz": node_agent.live, "/readyz": node_agent.ready})
+        logging.get_logger().info("serving metrics", address=metrics_address)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     node_agent.run(period, stop)

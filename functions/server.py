@@ -4,12 +4,17 @@ Crossplane (and `crossplane render`) start the console script `function` with `-
 with `TLS_SERVER_CERTS_DIR`; it takes the SDK's standard flags. Beyond the SDK's runtime it adds
 a `grpc.health.v1` service and serialises responses deterministically, so the same request
 always gives the same response bytes.
+
+Every request is counted in `RunFunction` (functions/metrics.py): the handler the step input
+names, latency, request bytes, and the Fatal results and refusals its response carries. With
+`--metrics-address` (env `METRICS_ADDRESS`; off by default) they are served at `/metrics`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +28,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from functions import frame
+from functions import frame, metrics
 from functions.handlers import HANDLERS
 from functions.views import view_of
 
@@ -42,7 +47,18 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: Any = None
     ) -> fnv1.RunFunctionResponse:
-        return run_function(req)
+        started = time.perf_counter()
+        rsp = run_function(req)
+        metrics.function_metrics().observe(
+            handler_name(req), req.ByteSize(), time.perf_counter() - started, rsp
+        )
+        return rsp
+
+
+def handler_name(req: fnv1.RunFunctionRequest) -> str:
+    """The served handler the step input names, else `unknown` (a bounded metrics label)."""
+    name = view_of(req.input).get("handler")
+    return name if isinstance(name, str) and name in HANDLERS else metrics.UNKNOWN_HANDLER
 
 
 def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -147,9 +163,14 @@ def serve_with(
     insecure: bool,
     max_recv_message_size: int,
     max_send_message_size: int | None,
+    metrics_address: str = "",
 ) -> None:
     """Serve with the SDK's standard options (sizes in MB, as the SDK's CLI takes them)."""
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    if metrics_address:
+        metrics.function_metrics()  # the families show from the first scrape on
+        metrics.serve(metrics_address, {"/healthz": metrics.always_ok})
+        logging.get_logger().info("serving metrics", address=metrics_address)
     send = max_send_message_size or max_recv_message_size
     options = [
         ("grpc.max_receive_message_length", max_recv_message_size * 1024 * 1024),
@@ -160,12 +181,22 @@ def serve_with(
 
 
 def standard_options(func):
-    """The SDK's standard flags, with the receive limit raised to 64 MiB by default."""
+    """The SDK's standard flags, with the receive limit raised to 64 MiB by default, and
+    `--metrics-address`."""
+    func = metrics_option(func)
     func = sdkcli.standard_options(func)
     for param in func.__click_params__:
         if param.name == "max_recv_message_size":
             param.default = DEFAULT_MAX_RECV_MESSAGE_MB
     return func
+
+
+metrics_option = click.option(
+    "--metrics-address",
+    envvar="METRICS_ADDRESS",
+    default="",
+    help="Serve Prometheus metrics at HOST:PORT/metrics (e.g. :8080). Default: off.",
+)
 
 
 @click.command()

@@ -241,9 +241,12 @@ def test_uncorrected_ecc_errors_make_a_card_unhealthy(kubelet):
     assert device["memoryMiB"] == 143771  # HBM: no GDDR ECC restore
 
 
-def test_without_nvml_the_node_reports_no_accelerators_and_keeps_the_cpu(kubelet, caplog):
+def test_without_nvml_the_node_reports_no_accelerators_and_keeps_the_cpu(kubelet):
+    from structlog.testing import capture_logs
+
     _, socket = kubelet
-    spec = agent_for("node-cpu", socket).build()["spec"]
+    with capture_logs() as logs:  # the agent logs through structlog, as the server does
+        spec = agent_for("node-cpu", socket).build()["spec"]
     assert spec["accelerators"] == []
     assert spec["cpu"] == {
         "vendor": "AMD",
@@ -252,10 +255,11 @@ def test_without_nvml_the_node_reports_no_accelerators_and_keeps_the_cpu(kubelet
         "model": "1",
         "cores": 16,
     }
-    assert (
-        "NVML is not available (NVML Shared Library Not Found): reporting no accelerators"
-        in caplog.text
-    )
+    assert {
+        "event": "NVML is not available (NVML Shared Library Not Found): reporting no accelerators",
+        "node": "node-cpu",
+        "log_level": "warning",
+    } in logs
 
 
 def test_terminated_pods_release_their_cards(kubelet):

@@ -3,12 +3,16 @@
 Each poll reads NVML, the CPU, and what the kubelet handed out, and builds the whole Devices
 object. It is applied (server-side, as field manager `gpustack-agent`, never touching
 `spec.managed`) only when its content changed; API errors back off exponentially.
+
+It logs through the server's structlog configuration (`crossplane.function.logging`: JSON lines,
+or console lines with `--debug`) and counts polls, writes, NVML errors and each card's health in
+functions/metrics.py. Its probes read `live()` (the loop still turns) and `ready()` (the last
+poll reached the API server).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -16,18 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from crossplane.function import logging
+
 from functions.agent import report
 from functions.agent.allocations import allocations
 from functions.agent.nvml import Nvml
 from functions.agent.podresources import ContainerDevices
 from functions.core import labels
 from functions.core.devices import parse_spec
+from functions.metrics import AgentMetrics, Card, agent_metrics
 
-log = logging.getLogger(__name__)
 API_VERSION = "worker.gpustack.ai/v1alpha1"
 FIELD_MANAGER = "gpustack-agent"
 MAX_BACKOFF_SECONDS = 300
 EVENT_WAIT_SLICE_SECONDS = 5.0  # how long a stop request may wait behind an NVML wait
+STALL_GRACE_SECONDS = 60.0  # beyond the period and the longest back-off: the loop is stuck
 
 
 class Kube(Protocol):
@@ -47,12 +54,20 @@ class Agent:
     arch: str = field(default_factory=report.node_arch)
     last_applied: str | None = None
     writes: int = 0
+    metrics: AgentMetrics = field(default_factory=agent_metrics)
+    clock: Callable[[], float] = time.monotonic
+    period: float = 30.0
+    last_attempt: float | None = None  # clock() when a poll last ended, either way
+    last_error: str | None = None  # why the last poll failed; None after a success
 
     def build(self) -> dict[str, Any]:
         """The Devices object as this node is now."""
         accelerators = report.read_accelerators(self.nvml)
+        self.metrics.nvml_read(
+            accelerators.available, len(accelerators.errors), cards(accelerators)
+        )
         for problem in accelerators.problems:
-            log.warning("%s", problem)
+            logging.get_logger().warning(problem, node=self.node)
         pods = {
             f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
             for p in self.kube.pods_on(self.node)
@@ -79,23 +94,32 @@ class Agent:
         devices = self.build()
         content = json.dumps(devices, sort_keys=True)
         if content == self.last_applied:
+            self.metrics.polled(wrote=False)
             return False
         self.kube.apply_devices(devices)
         self.last_applied = content
         self.writes += 1
+        self.metrics.polled(wrote=True)
         return True
 
     def run(self, period: float, stop: threading.Event) -> None:
         """Poll on the period, sooner on an NVML event; back off while polls fail."""
+        self.period = period
         backoff = 0.0
         while not stop.is_set():
             try:
                 if self.poll():
-                    log.info("applied Devices %s", self.node)
+                    logging.get_logger().info("applied Devices", node=self.node)
                 backoff = 0.0
+                self.last_error = None
             except Exception as error:  # keep the node reported: retry, slower each time
                 backoff = min(MAX_BACKOFF_SECONDS, max(1.0, backoff * 2))
-                log.warning("poll failed (%s); retrying in %.0fs", error, backoff)
+                self.last_error = f"{type(error).__name__}: {error}"
+                self.metrics.poll_failed()
+                logging.get_logger().warning(
+                    "poll failed", node=self.node, error=self.last_error, retry_in=backoff
+                )
+            self.last_attempt = self.clock()
             if backoff:
                 stop.wait(backoff)
             else:
@@ -110,6 +134,33 @@ class Agent:
                 stop.wait(left)
             elif event:
                 return
+
+    def live(self) -> tuple[bool, str]:
+        """The liveness probe: the loop ended a poll within the period and the longest back-off."""
+        if self.last_attempt is None:
+            return True, "starting"
+        age = self.clock() - self.last_attempt
+        limit = self.period + MAX_BACKOFF_SECONDS + STALL_GRACE_SECONDS
+        if age > limit:
+            return False, f"no poll for {age:.0f}s (limit {limit:.0f}s)"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """The readiness probe: the last poll reached the API server."""
+        if self.last_attempt is None:
+            return False, "no poll yet"
+        if self.last_error is not None:
+            return False, f"last poll failed: {self.last_error}"
+        return True, "ok"
+
+
+def cards(accelerators: report.AcceleratorReport) -> list[Card]:
+    """Each card's health from an NVML reading, for the per-card gauge."""
+    return [
+        Card(d["uuid"], d["index"], d["product"], d["healthy"])
+        for vendor in accelerators.vendors
+        for d in vendor["devices"]
+    ]
 
 
 class KubernetesApi:

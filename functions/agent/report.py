@@ -1,20 +1,22 @@
 """Turn NVML readings and the node's CPU facts into the `Devices` spec (DESIGN §3.2).
 
-Facts only, no timestamps or counters, so the same hardware always gives the same bytes.
+Facts only, no timestamps or counters, so the same hardware always gives the same bytes. What
+went wrong on the way (NVML missing, failing calls) rides beside the facts in the report, for the
+agent's log and metrics.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crossplane.function import logging
+
 from functions.agent.nvml import Nvml, NvmlError, NvmlUnavailable
 
-log = logging.getLogger(__name__)
 CPU_VENDORS = {
     "AuthenticAMD": "AMD",
     "GenuineIntel": "Intel",
@@ -52,7 +54,7 @@ def read_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     try:
         text = cpuinfo.read_text()
     except OSError as error:
-        log.warning("cannot read %s: %s", cpuinfo, error)
+        logging.get_logger().warning("cannot read cpuinfo", path=str(cpuinfo), error=str(error))
         return facts
     for line in text.split("\n\n", 1)[0].splitlines():
         key, _, value = (part.strip() for part in line.partition(":"))
@@ -70,23 +72,30 @@ def read_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
 @dataclass
 class AcceleratorReport:
     vendors: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # sentences for the log
+    available: bool = True  # False: no NVML here (a CPU-only node, or no driver)
+    errors: list[str] = field(default_factory=list)  # every NVML call that failed
 
 
-def read_device(nvml: Nvml, index: int) -> dict[str, Any]:
-    """One card; any failing call marks it unhealthy with the reason, the rest still reported."""
+def read_device(nvml: Nvml, index: int, errors: list[str] | None = None) -> dict[str, Any]:
+    """One card; any failing call marks it unhealthy with the reason, the rest still reported.
+
+    Each failing NVML call's error is also appended to `errors`, when given."""
     problems: list[str] = []
+    errors = [] if errors is None else errors
 
     def attempt(call, default):
         try:
             return call()
         except NvmlError as error:
             problems.append(str(error))
+            errors.append(str(error))
             return default
 
     try:
         device = nvml.device(index)
     except NvmlError as error:
+        errors.append(str(error))
         return {
             "uuid": f"GPU-unreadable-{index}",
             "index": index,
@@ -140,9 +149,11 @@ def read_accelerators(nvml: Nvml, manufacturer: str = "nvidia") -> AcceleratorRe
         nvml.start()
     except NvmlUnavailable as error:
         report.problems.append(f"NVML is not available ({error}): reporting no accelerators")
+        report.available = False
         return report
     try:
-        devices = [read_device(nvml, index) for index in range(nvml.device_count())]
+        count = nvml.device_count()
+        devices = [read_device(nvml, index, report.errors) for index in range(count)]
         for device in devices:
             if not device["healthy"]:
                 report.problems.append(
@@ -158,6 +169,7 @@ def read_accelerators(nvml: Nvml, manufacturer: str = "nvidia") -> AcceleratorRe
                 }
             )
     except NvmlError as error:
+        report.errors.append(str(error))
         report.problems.append(f"NVML failed ({error}): reporting no accelerators")
     finally:
         nvml.stop()
