@@ -19,6 +19,8 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format .

@@ -9,6 +9,7 @@ lets tests and the simulator call a handler's rules with dicts, never building a
 
 from __future__ import annotations
 
+import builtins  # annotations inside View: its methods `str` and `bool` shadow the builtins
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -46,38 +47,38 @@ class View:
         value = self.get(*path)
         return value if isinstance(value, str) else default
 
-    def bool(self, *path: str, default: bool = False) -> bool:
+    def bool(self, *path: builtins.str, default: builtins.bool = False) -> builtins.bool:
         value = self.get(*path)
         return value if isinstance(value, bool) else default
 
-    def view(self, *path: str) -> View:
+    def view(self, *path: builtins.str) -> View:
         value = self.get(*path)
         return value if isinstance(value, View) else EMPTY
 
-    def list(self, *path: str) -> ListView:
+    def list(self, *path: builtins.str) -> ListView:
         value = self.get(*path)
         return value if isinstance(value, ListView) else ListView(())
 
     @property
-    def name(self) -> str:
+    def name(self) -> builtins.str:
         return self.str("metadata", "name")
 
     @property
-    def namespace(self) -> str:
+    def namespace(self) -> builtins.str:
         return self.str("metadata", "namespace")
 
-    def labels(self) -> dict[str, str]:
+    def labels(self) -> dict[builtins.str, builtins.str]:
         return {k: v for k, v in self.view("metadata", "labels").items() if isinstance(v, str)}
 
-    def items(self) -> Iterator[tuple[str, Any]]:
+    def items(self) -> Iterator[tuple[builtins.str, Any]]:
         for key in self.keys():
             yield key, self.value(key)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[builtins.str, Any]:
         """The whole object as plain Python (for small objects only; never on a hot path)."""
         return {key: _plain(value) for key, value in self.items()}
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> builtins.bool:
         return bool(self.keys())
 
 

@@ -6,9 +6,10 @@ path (`spec.accelerators[0].devices[1].memoryMiB`) so a Fatal result can point a
 
 from __future__ import annotations
 
+import builtins  # annotations inside _Reader: its methods `str` and `bool` shadow the builtins
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from functions.core import names
 from functions.core.modes import Mode
@@ -49,7 +50,7 @@ class _Reader:
     def str(self, key: str, required: bool = False, default: str = "") -> str:
         return self._get(key, (str,), required, default)
 
-    def int(self, key: str, required: bool = False, default: int = 0) -> int:
+    def int(self, key: builtins.str, required: bool = False, default: int = 0) -> int:
         value = self._get(key, (int, float), required, default)
         if isinstance(value, float) and not value.is_integer():
             raise SpecError(f"{self.path}.{key}", f"must be a whole number, got {value}")
@@ -57,14 +58,20 @@ class _Reader:
             raise SpecError(f"{self.path}.{key}", f"must not be negative, got {value}")
         return int(value)
 
-    def bool(self, key: str, default: bool | None = False) -> bool | None:
+    @overload
+    def bool(self, key: builtins.str, default: builtins.bool = ...) -> builtins.bool: ...
+    @overload
+    def bool(self, key: builtins.str, default: None) -> builtins.bool | None: ...
+    def bool(
+        self, key: builtins.str, default: builtins.bool | None = False
+    ) -> builtins.bool | None:
         return self._get(key, (bool,), False, default)
 
-    def objects(self, key: str) -> list[_Reader]:
+    def objects(self, key: builtins.str) -> list[_Reader]:
         items = self._get(key, (list, tuple), False, ())
         return [_Reader(item, f"{self.path}.{key}[{i}]") for i, item in enumerate(items)]
 
-    def object(self, key: str) -> _Reader:
+    def object(self, key: builtins.str) -> _Reader:
         return _Reader(self._get(key, (dict, Mapping), False, {}), f"{self.path}.{key}")
 
 
@@ -207,7 +214,7 @@ class DevicesSpec:
     managed: bool | None = None
     groups: tuple[AcceleratorGroup, ...] = field(init=False, compare=False, repr=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "groups", _group(self.accelerators))
 
     @property

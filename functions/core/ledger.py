@@ -215,8 +215,8 @@ def build_ledger(spec: DevicesSpec) -> NodeLedger:
     """Seed every card free, then apply the node's observed allocations in order."""
     cards: dict[str, CardLedger] = {}
     for group in spec.groups:
-        for card in group.devices:
-            cards[card.uuid] = CardLedger.for_card(card, group.manufacturer)
+        for device in group.devices:
+            cards[device.uuid] = CardLedger.for_card(device, group.manufacturer)
     conflicts: list[Conflict] = []
     for allocation in spec.allocations:
         card = cards.get(allocation.device)

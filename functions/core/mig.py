@@ -17,7 +17,9 @@ from collections.abc import Iterable, Mapping
 from functions.core.devices import MigProfile, Placement
 
 
-def _profile(name: str, memory_mib: int, compute: int, memory: int, starts: Iterable[int]):
+def _profile(
+    name: str, memory_mib: int, compute: int, memory: int, starts: Iterable[int]
+) -> MigProfile:
     placements = tuple(Placement(start, memory) for start in starts)
     return MigProfile(name, memory_mib, compute, memory, placements)
 

@@ -296,7 +296,7 @@ def pool_views(
     """Everything the InstanceType status shows for `pool`, from its nodes' summaries."""
     covered = sorted((n for n in nodes if pool.covers(n, mixed_on_node)), key=lambda n: n.node)
     node_names = tuple(n.node for n in covered)
-    if pool.acceleratable:
+    if pool.a_key is not None:  # pool.acceleratable, spelled so the type checker narrows a_key
         summaries = [n.groups[pool.a_key] for n in covered if pool.a_key in n.groups]
         largest = max((n.group_cards[pool.a_key] for n in covered), default=0)
         return PoolViews(accelerator_views(summaries, draining), View(), node_names, largest)

@@ -34,7 +34,9 @@ LOCAL_STORAGE = "100Gi"
 _MARKETING = ("tesla", "geforce", "quadro", "radeon", "instinct")
 
 
-def _families(tier: str, *prefixes: str, by: dict[str, str] | None = None):
+def _families(
+    tier: str, *prefixes: str, by: dict[str, str] | None = None
+) -> list[tuple[str, str, dict[str, str]]]:
     return [(prefix, tier, by or {}) for prefix in prefixes]
 
 
