@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format legacy bench schemas clean
+.PHONY: demo test lint format legacy bench schemas clean package
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -21,6 +21,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/ci.yml
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -38,5 +39,37 @@ schemas: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# The runtime image (linux/amd64 and linux/arm64) and the Crossplane package, one xpkg per
+# architecture, embedding the runtime image from the local Docker cache (docs/packaging.md).
+# The package contents are validated first, with or without docker and the crossplane CLI.
+IMAGE     ?= ghcr.io/gpustack/function-gpustack
+VERSION   ?= v$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+ARCHES    ?= amd64 arm64
+OUTPUT    ?= _output
+VALIDATE  ?= $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_package.py
+
+package: $(STAMP)
+	$(VALIDATE)
+	@missing=""; \
+	command -v docker >/dev/null || missing="$$missing\n  docker: not on PATH"; \
+	if command -v docker >/dev/null; then \
+	  docker info >/dev/null 2>&1 || missing="$$missing\n  a docker engine: 'docker info' cannot reach one (is the daemon running?)"; \
+	  docker buildx version >/dev/null 2>&1 || missing="$$missing\n  docker buildx: 'docker buildx version' failed"; \
+	fi; \
+	command -v crossplane >/dev/null || missing="$$missing\n  the crossplane CLI: not on PATH (docs/packaging.md says how to install it)"; \
+	if [ -n "$$missing" ]; then \
+	  printf "make package: the package contents are valid, but the image and the xpkg were not built; missing:$$missing\n" >&2; \
+	  exit 2; \
+	fi
+	mkdir -p $(OUTPUT)
+	for arch in $(ARCHES); do \
+	  docker buildx build --platform linux/$$arch --load -t $(IMAGE)-runtime:$(VERSION)-$$arch . && \
+	  crossplane xpkg build --package-root=package --examples-root=examples/install \
+	    --embed-runtime-image=$(IMAGE)-runtime:$(VERSION)-$$arch \
+	    --package-file=$(OUTPUT)/function-gpustack-$(VERSION)-$$arch.xpkg || exit 1; \
+	done
+	@echo "built: $$(ls $(OUTPUT)/*.xpkg | tr '\n' ' ')"
+	@echo "push:  crossplane xpkg push --package-files=$$(ls $(OUTPUT)/function-gpustack-$(VERSION)-*.xpkg | paste -sd, -) $(IMAGE):$(VERSION)"
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis $(OUTPUT)
