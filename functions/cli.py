@@ -1,4 +1,9 @@
-"""`gpustack-fn`: the project's commands besides the function server itself."""
+"""`gpustack-fn`: the project's commands besides the function server itself.
+
+Default input files are the repository's walkthrough, found from this file rather than from the
+working directory, so `gpustack-fn demo` and `gpustack-fn simulate` work from anywhere in an
+editable install (`make demo`).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ from functions.core import catalog, names
 from functions.core.devices import parse_devices
 from functions.core.pools import pool_views
 
-WALKTHROUGH_DEVICES = Path("examples/walkthrough/devices.yaml")
-WALKTHROUGH_SCENARIO = Path("examples/walkthrough/scenario.yaml")
+REPOSITORY = Path(__file__).resolve().parent.parent
+WALKTHROUGH = REPOSITORY / "examples" / "walkthrough"
+WALKTHROUGH_DEVICES = WALKTHROUGH / "devices.yaml"
+WALKTHROUGH_SCENARIO = WALKTHROUGH / "scenario.yaml"
 
 
 @click.group()
@@ -34,8 +41,7 @@ def serve(**options) -> None:
     "devices_file",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=WALKTHROUGH_DEVICES,
-    show_default=True,
-    help="A YAML stream of Devices objects, one per node.",
+    help="A YAML stream of Devices objects, one per node. Default: the walkthrough's.",
 )
 @click.option("--aware", is_flag=True, help="Split pools by CPU manufacturer (awareness on).")
 def demo(devices_file: Path, aware: bool) -> None:
