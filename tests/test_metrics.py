@@ -254,6 +254,23 @@ PROBES = [
 ]
 
 
+def test_a_first_poll_that_never_ends_fails_liveness():
+    now, seen = [1000.0], []
+    stop = threading.Event()
+
+    class StuckKube(FakeKube):
+        def apply_devices(self, devices):
+            now[0] += STALLED  # the API call hangs this long while the probe looks
+            seen.append(agent.live())
+            stop.set()
+
+    agent = t4_node(CollectorRegistry(), StuckKube())
+    agent.clock = lambda: now[0]
+    agent.run(period=30, stop=stop)
+    assert seen == [(False, f"no poll for {STALLED:.0f}s (limit {STALLED - 1:.0f}s)")]
+    assert agent.live() == (True, "ok")  # it ended after all
+
+
 @pytest.mark.parametrize("case", PROBES, ids=lambda c: c.name)
 def test_the_agent_probes(case):
     now = [1000.0]

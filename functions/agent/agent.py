@@ -57,6 +57,7 @@ class Agent:
     metrics: AgentMetrics = field(default_factory=agent_metrics)
     clock: Callable[[], float] = time.monotonic
     period: float = 30.0
+    started: float | None = None  # clock() when the loop started
     last_attempt: float | None = None  # clock() when a poll last ended, either way
     last_error: str | None = None  # why the last poll failed; None after a success
 
@@ -104,7 +105,7 @@ class Agent:
 
     def run(self, period: float, stop: threading.Event) -> None:
         """Poll on the period, sooner on an NVML event; back off while polls fail."""
-        self.period = period
+        self.period, self.started = period, self.clock()
         backoff = 0.0
         while not stop.is_set():
             try:
@@ -136,14 +137,16 @@ class Agent:
                 return
 
     def live(self) -> tuple[bool, str]:
-        """The liveness probe: the loop ended a poll within the period and the longest back-off."""
-        if self.last_attempt is None:
+        """The liveness probe: the loop ended a poll (or started) within the period and the
+        longest back-off."""
+        since = self.last_attempt if self.last_attempt is not None else self.started
+        if since is None:
             return True, "starting"
-        age = self.clock() - self.last_attempt
+        age = self.clock() - since
         limit = self.period + MAX_BACKOFF_SECONDS + STALL_GRACE_SECONDS
         if age > limit:
             return False, f"no poll for {age:.0f}s (limit {limit:.0f}s)"
-        return True, "ok"
+        return True, "ok" if self.last_attempt is not None else "starting"
 
     def ready(self) -> tuple[bool, str]:
         """The readiness probe: the last poll reached the API server."""
