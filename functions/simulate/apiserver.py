@@ -1,64 +1,326 @@
 """The simulated API server: every write goes through here, as it would through kube-apiserver.
 
-It keeps what the API server keeps: `metadata.generation` moves when the spec changes, a write
-of the main resource keeps the status (the status subresource is written separately), merge
-patches drop fields set to null.
+It decides whether a write is stored and what is stored, with the API server's rules:
+- each create, update, patch and status write is validated (`validation.check`: schema, ObjectMeta,
+  CEL rules with `oldSelf`); a refused write raises `Refused` with the API server's message and
+  leaves the stored object untouched;
+- unknown fields are pruned and reported in `warnings`, as the API server's Warning headers;
+- `metadata.generation` starts at 1 and moves when anything but metadata and status changes;
+- where a kind has a status subresource, a write of the main resource keeps the stored status and
+  `update_status` writes only the status (never moving the generation). A create keeps the status
+  it is given, so fixtures (Nodes with their capacity) load in one write;
+- patches: JSON merge patch (RFC 7386) and JSON patch (RFC 6902), each then validated as an update.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from functions.simulate.store import Key, Store
+from functions.simulate.validation import FieldError, KindSchema, Schemas, check, json_equal
+
+# The API server's status reasons for a refused write.
+INVALID = "Invalid"
+NOT_FOUND = "NotFound"
+ALREADY_EXISTS = "AlreadyExists"
+BAD_REQUEST = "BadRequest"
 
 
 class Refused(Exception):
-    """A write the API server refuses; the message is what kubectl would print."""
+    """A write the API server refuses; the message is what kubectl would print.
+
+    `reason` is the API server's status reason (Invalid, NotFound, AlreadyExists, BadRequest);
+    `errors` are the field errors of an Invalid refusal."""
+
+    def __init__(self, message: str, reason: str = INVALID, errors: Sequence[FieldError] = ()):
+        super().__init__(message)
+        self.reason = reason
+        self.errors = tuple(errors)
 
 
 class ApiServer:
-    def __init__(self, store: Store):
+    """Writes to `store`, validated against `schemas` (by default the v2 XRDs and the upstream
+    schemas from `$GPUSTACK_SCHEMAS` or its fallbacks). `notices` says once what cannot be
+    validated; `warnings` collects the unknown fields pruned from writes."""
+
+    def __init__(self, store: Store, schemas: Schemas | None = None):
         self.store = store
+        self.schemas = schemas or Schemas.found()
+        self.notices: list[str] = list(self.schemas.notices)
+        self.warnings: list[str] = []
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Store a new object at generation 1 (with the status it is given)."""
+        obj = _copy_of(obj)
+        if self._stored(obj) is not None:
+            raise self._refusal(obj, ALREADY_EXISTS, "already exists")
+        obj["metadata"]["generation"] = 1
+        return self._write(obj, None)
+
+    def update(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the object's spec and metadata; its status stays the stored one."""
+        obj = _copy_of(obj)
+        old = self._stored(obj)
+        if old is None:
+            raise self._refusal(obj, NOT_FOUND, "not found")
+        if self._has_status_subresource(obj):
+            obj.pop("status", None)
+            if "status" in old:
+                obj["status"] = copy.deepcopy(old["status"])
+        return self._write(obj, old)
 
     def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create or update the object (its status stays the stored one)."""
-        obj = copy.deepcopy(dict(obj))
-        existing = self.store.get(*_where(obj))
-        metadata = obj.setdefault("metadata", {})
-        if existing is None:
-            metadata.setdefault("generation", 1)
-        else:
-            if "status" in existing:
-                obj.setdefault("status", existing["status"])
-            changed = existing.get("spec") != obj.get("spec")
-            metadata["generation"] = existing["metadata"].get("generation", 1) + changed
-        return self.store.put(obj)
+        """Create the object, or update it when it exists (its status stays the stored one)."""
+        return self.update(obj) if self._stored(obj) is not None else self.create(obj)
 
-    def merge_patch(self, kind: str, name: str, patch: Mapping[str, Any], namespace: str = "") -> dict[str, Any]:
-        """A JSON merge patch (RFC 7386): objects merge, null deletes, anything else replaces."""
-        existing = self.store.get(kind, name, namespace)
-        if existing is None:
-            raise Refused(f'{kind.lower()}s "{name}" not found')
-        patched = copy.deepcopy(existing)
+    def update_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """The status subresource: only `obj`'s status is taken; spec, metadata and generation stay."""
+        old = self._stored(obj)
+        if old is None:
+            raise self._refusal(obj, NOT_FOUND, "not found")
+        new = copy.deepcopy(old)
+        new.pop("status", None)
+        if "status" in obj:
+            new["status"] = copy.deepcopy(obj["status"])
+        return self._write(new, old, status_only=True)
+
+    def merge_patch(
+        self,
+        kind: str,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str = "",
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386): objects merge, null deletes, anything else replaces.
+        `subresource="status"` patches the status subresource."""
+        base = self._patch_base(kind, name, namespace)
+        patched = copy.deepcopy(base)
         merge(patched, patch)
-        return self.apply(patched)
+        return self._patched(base, patched, subresource)
+
+    def json_patch(
+        self,
+        kind: str,
+        name: str,
+        operations: Sequence[Mapping[str, Any]],
+        namespace: str = "",
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        """A JSON patch (RFC 6902): add, remove, replace, move, copy and test, in order; any
+        operation that cannot apply, a failed `test` included, refuses the whole patch."""
+        base = self._patch_base(kind, name, namespace)
+        patched: Any = copy.deepcopy(base)
+        for index, operation in enumerate(operations):
+            try:
+                patched = _apply_operation(patched, operation)
+            except _PatchError as error:
+                where = f"{operation.get('op')} {operation.get('path')}"
+                message = (
+                    f'{self._names(base)} "{name}": JSON patch operation {index} ({where}) {error}'
+                )
+                raise Refused(message, BAD_REQUEST) from None
+        return self._patched(base, patched, subresource)
 
     def delete(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self.store.remove(Key(kind, namespace, name))
 
+    # --- internals ------------------------------------------------------------------------
 
-def _where(obj: Mapping[str, Any]) -> tuple[str, str, str]:
-    key = Key.of(obj)
-    return key.kind, key.name, key.namespace
+    def _stored(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        key = _key_of(obj)
+        return self.store.get(key.kind, key.name, key.namespace)
+
+    def _schema(self, obj: Mapping[str, Any]) -> KindSchema | None:
+        return self.schemas.lookup(str(obj.get("apiVersion", "")), str(obj["kind"]))
+
+    def _has_status_subresource(self, obj: Mapping[str, Any]) -> bool:
+        schema = self._schema(obj)
+        return schema is None or schema.status_subresource  # unknown kinds: as most kinds are
+
+    def _write(self, obj: dict, old: dict | None, status_only: bool = False) -> dict[str, Any]:
+        schema = self._schema(obj)
+        if schema is not None:
+            checked = check(schema, obj, old, status_only=status_only)
+            if checked.errors:
+                raise _invalid(schema, obj, checked.errors)
+            self.warnings += checked.warnings
+            obj = checked.obj
+        if old is not None:
+            obj["metadata"]["generation"] = _generation(old, obj)
+        return self.store.put(obj)
+
+    def _patch_base(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        existing = self.store.get(kind, name, namespace)
+        if existing is None:
+            resource = self.schemas.resource_of(kind)
+            raise Refused(f'{resource} "{name}" not found', NOT_FOUND)
+        return existing
+
+    def _patched(self, base: dict[str, Any], patched: Any, subresource: str) -> dict[str, Any]:
+        """Write the patched object, as the same object: a patch cannot rename or re-kind it."""
+        if not isinstance(patched, dict) or _key_of(patched) != Key.of(base):
+            message = f'{self._names(base)} "{Key.of(base).name}": a patch cannot change the kind, namespace or name'
+            raise Refused(message, BAD_REQUEST)
+        if subresource == "status":
+            return self.update_status(patched)
+        if subresource:
+            raise Refused(
+                f"the simulated API server has no {subresource!r} subresource", BAD_REQUEST
+            )
+        return self.update(patched)
+
+    def _names(self, obj: Mapping[str, Any]) -> str:
+        schema = self._schema(obj)
+        return schema.qualified_kind if schema else str(obj.get("kind"))
+
+    def _refusal(self, obj: Mapping[str, Any], reason: str, words: str) -> Refused:
+        resource = self.schemas.resource_of(str(obj["kind"]), str(obj.get("apiVersion", "")))
+        return Refused(f'{resource} "{_key_of(obj).name}" {words}', reason)
+
+
+def _copy_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    _key_of(obj)
+    return copy.deepcopy(dict(obj))
+
+
+def _key_of(obj: Mapping[str, Any]) -> Key:
+    """The object's identity; the API server refuses an object without kind or name."""
+    metadata = obj.get("metadata")
+    if (
+        not obj.get("kind")
+        or not obj.get("apiVersion")
+        or not isinstance(metadata, Mapping)
+        or not metadata.get("name")
+    ):
+        raise Refused("an object needs apiVersion, kind and metadata.name", BAD_REQUEST)
+    return Key.of(obj)
+
+
+def _generation(old: Mapping[str, Any], new: Mapping[str, Any]) -> int:
+    """Moves by one when anything but metadata and status changed, as it does for CRDs."""
+    previous = old.get("metadata", {}).get("generation", 1)
+
+    def desired(obj: Mapping[str, Any]) -> dict:
+        return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+
+    return previous + (not json_equal(desired(old), desired(new)))
+
+
+def _invalid(schema: KindSchema, obj: Mapping[str, Any], errors: Sequence[FieldError]) -> Refused:
+    """kube-apiserver's wording: one error as is, several in brackets."""
+    shown = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(map(str, errors)) + "]"
+    name = obj["metadata"]["name"]
+    return Refused(f'{schema.qualified_kind} "{name}" is invalid: {shown}', INVALID, errors)
+
+
+# --- RFC 7386 ---------------------------------------------------------------------------------
 
 
 def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """Merge `patch` into `target` in place (RFC 7386)."""
     for key, value in patch.items():
         if value is None:
             target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            merge(target[key], value)
         else:
-            target[key] = copy.deepcopy(value)
+            target[key] = _merged(target.get(key), value)
+
+
+def _merged(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    merge(result, patch)
+    return result
+
+
+# --- RFC 6902 ---------------------------------------------------------------------------------
+
+
+class _PatchError(Exception):
+    """An operation that cannot apply; the message ends the sentence 'operation N (op path) …'."""
+
+
+def _apply_operation(document: Any, operation: Mapping[str, Any]) -> Any:
+    op, path = operation.get("op"), _pointer(operation.get("path"))
+    if op == "test":
+        found = _get(document, path)
+        if not json_equal(found, operation.get("value")):
+            wanted = json.dumps(operation.get("value"))
+            raise _PatchError(f"failed: the value is {json.dumps(found)}, not {wanted}")
+        return document
+    if op in ("add", "replace"):
+        if op == "replace":
+            _get(document, path)
+        return _put(document, path, copy.deepcopy(operation.get("value")), replace=op == "replace")
+    if op == "remove":
+        return _remove(document, path)
+    if op in ("move", "copy"):
+        source = _pointer(operation.get("from"))
+        if op == "move" and path[: len(source)] == source and path != source:
+            raise _PatchError("cannot move a value into itself")
+        value = copy.deepcopy(_get(document, source))
+        document = _remove(document, source) if op == "move" else document
+        return _put(document, path, value, replace=False)
+    raise _PatchError("is not an operation: op must be add, remove, replace, move, copy or test")
+
+
+def _pointer(text: Any) -> list[str]:
+    if text == "":
+        return []
+    if not isinstance(text, str) or not text.startswith("/"):
+        raise _PatchError(f"has no JSON pointer: {text!r} must be empty or start with /")
+    return [token.replace("~1", "/").replace("~0", "~") for token in text[1:].split("/")]
+
+
+def _get(document: Any, path: list[str]) -> Any:
+    for depth, token in enumerate(path):
+        if isinstance(document, dict) and token in document:
+            document = document[token]
+        elif isinstance(document, list) and token.isdigit() and int(token) < len(document):
+            document = document[int(token)]
+        else:
+            raise _PatchError(f"failed: /{'/'.join(path[: depth + 1])} does not exist")
+    return document
+
+
+def _put(document: Any, path: list[str], value: Any, replace: bool) -> Any:
+    if not path:
+        return value
+    parent, token = _get(document, path[:-1]), path[-1]
+    if isinstance(parent, dict):
+        parent[token] = value
+    elif isinstance(parent, list):
+        index = (
+            len(parent)
+            if token == "-" and not replace
+            else _index(parent, token, len(parent) + (not replace))
+        )
+        if replace:
+            parent[index] = value
+        else:
+            parent.insert(index, value)
+    else:
+        raise _PatchError(f"failed: /{'/'.join(path[:-1])} is not an object or a list")
+    return document
+
+
+def _remove(document: Any, path: list[str]) -> Any:
+    if not path:
+        raise _PatchError("failed: the whole document cannot be removed")
+    _get(document, path)  # it must exist
+    parent, token = _get(document, path[:-1]), path[-1]
+    if isinstance(parent, dict):
+        del parent[token]
+    else:
+        del parent[_index(parent, token, len(parent))]
+    return document
+
+
+def _index(items: list, token: str, bound: int) -> int:
+    if not token.isdigit() or int(token) >= bound or (token != "0" and token.startswith("0")):
+        raise _PatchError(f"failed: {token!r} is not an index of a list of {len(items)}")
+    return int(token)

@@ -1,0 +1,500 @@
+"""The simulated API server refuses what kube-apiserver refuses, in its words, and stores what
+it stores: our XRDs' schemas and CEL rules (transition rules included), the upstream CRDs,
+core kinds, ObjectMeta; defaults, pruning, the status subresource, generations and patches."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from functions.simulate import validation
+from functions.simulate.apiserver import (
+    ALREADY_EXISTS,
+    BAD_REQUEST,
+    INVALID,
+    NOT_FOUND,
+    ApiServer,
+    Refused,
+)
+from functions.simulate.store import Store
+from tests.support.schemas import ROOT, documents, require_schemas
+
+WALKTHROUGH = ROOT / "examples" / "walkthrough"
+REPOINTED_TYPE = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"  # walkthrough §5
+WALKTHROUGH_5_PATCH = {"spec": {"type": REPOINTED_TYPE, "stop": False}}
+RULES_NOT_CHECKED = (
+    '<nil>: Invalid value: "null": some validation rules were not checked because the object '
+    "was invalid; correct the existing errors to complete validation"
+)
+
+
+# --- builders ---------------------------------------------------------------------------------
+
+
+def example(name: str) -> dict[str, Any]:
+    return yaml.safe_load((WALKTHROUGH / name).read_text())
+
+
+def instance(phase: str = "", **spec: Any) -> dict[str, Any]:
+    """The walkthrough's custom-demo Instance; `spec` overrides (None removes); `phase` a status."""
+    obj = example("instance-custom-demo.yaml")
+    for key, value in spec.items():
+        if value is None:
+            obj["spec"].pop(key, None)
+        else:
+            obj["spec"][key] = value
+    if phase:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def instance_type(**spec: Any) -> dict[str, Any]:
+    obj = example("instancetype-a10g-12c128g.yaml")
+    obj["spec"].update(spec)
+    return obj
+
+
+def gpu_class(**spec: Any) -> dict[str, Any]:
+    classes = documents(ROOT / "examples" / "gpuclass" / "classes.yaml")
+    obj = copy.deepcopy(next(c for c in classes if c["metadata"]["name"] == "example-whole-gpu"))
+    obj["spec"].update(spec)
+    return obj
+
+
+def cluster_queue(*covered: str) -> dict[str, Any]:
+    """A ClusterQueue whose one flavor gives quota for cpu only, covering `covered`."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "team-a"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": list(covered),
+                    "flavors": [{"name": "f", "resources": [{"name": "cpu", "nominalQuota": 4}]}],
+                }
+            ]
+        },
+    }
+
+
+def pod(container: dict[str, Any], **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default", "labels": labels},
+        "spec": {"containers": [container]},
+    }
+
+
+def server(*stored: dict[str, Any]) -> ApiServer:
+    api = ApiServer(Store())
+    for obj in stored:
+        api.create(obj)
+    return api
+
+
+def write(api: ApiServer, obj: dict[str, Any]) -> dict[str, Any]:
+    return api.apply(obj)
+
+
+def stored(api: ApiServer, obj: dict[str, Any]) -> dict[str, Any] | None:
+    metadata = obj["metadata"]
+    return api.store.get(obj["kind"], metadata["name"], metadata.get("namespace", ""))
+
+
+# --- writes a real API server refuses, and their valid twins ------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    write: dict[str, Any]  # created, or an update of `stored`
+    refused: str  # what follows `Kind.group "name" is invalid: `
+    valid: dict[str, Any]  # the write, corrected
+    stored: dict[str, Any] | None = None
+    valid_stored: dict[str, Any] | None = None  # when the twin differs in what it replaces
+    upstream: bool = False  # needs the upstream schemas
+
+
+LONG_TYPE = "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64"  # 65 characters
+
+CASES = [
+    Case(
+        "an InstanceType's unit resources never change; only the display fields do",
+        stored=instance_type(),
+        write=instance_type(unitResources={"cpu": "16", "ram": "128Gi"}),
+        refused='spec: Invalid value: "object": spec is immutable except displayName, description and inactive; create a new InstanceType instead',
+        valid=instance_type(displayName="A10G large", inactive=True),
+    ),
+    Case(
+        "a running Instance keeps its type; a drained one (phase Stopped) may be repointed",
+        stored=instance(phase="Running"),
+        write=instance(type=REPOINTED_TYPE),
+        refused='spec.type: Invalid value: "object": type is immutable while the Instance runs: set spec.stop to true, wait for Stopped, then change it',
+        valid_stored=instance(phase="Stopped"),
+        valid=instance(type=REPOINTED_TYPE),
+    ),
+    Case(
+        "an Instance's volume never changes, even while stopped",
+        stored=instance(stop=True),
+        write=instance(stop=True, volume={"ephemeral": {"capacity": "2Gi"}}),
+        refused='spec.volume: Invalid value: "object": volume is immutable',
+        valid=instance(stop=True, image="ubuntu:26.04"),
+    ),
+    Case(
+        "a GPUClass keeps its identity; its device plugin source may move",
+        stored=gpu_class(),
+        write=gpu_class(model="other-model"),
+        refused='spec: Invalid value: "object": vendor, model, mode, profile and memory identify the offer and are immutable; create a new class to change them',
+        valid=gpu_class(source={"devicePlugin": {"resourceName": "example.com/other"}}),
+    ),
+    Case(
+        "an Instance names its image",
+        write=instance(image=None),
+        refused="spec.image: Required value",
+        valid=instance(),
+    ),
+    Case(
+        "an Instance runs as a Container or a VirtualMachine, and rules wait for a valid object",
+        write=instance(runtime="Docker"),
+        refused='[spec.runtime: Unsupported value: "Docker": supported values: "Container", "VirtualMachine", '
+        + RULES_NOT_CHECKED
+        + "]",
+        valid=instance(runtime="Container"),
+    ),
+    Case(
+        "a GPUClass display name is at most 128 characters",
+        write=gpu_class(displayName="x" * 129),
+        refused="spec.displayName: Too long: may not be more than 128 bytes",
+        valid=gpu_class(displayName="x" * 128),
+    ),
+    Case(
+        "an Instance mounts its volume at an absolute path",
+        write=instance(volumeMount="workspace"),
+        refused="spec.volumeMount: Invalid value: \"workspace\": spec.volumeMount in body should match '^(/[^/]+)+$'",
+        valid=instance(volumeMount="/workspace"),
+    ),
+    Case(
+        "a slice takes at most 100 percent of a card's memory",
+        write=instance(resources={"acceleratorSlicedMemoryPercentage": 101}),
+        refused="spec.resources.acceleratorSlicedMemoryPercentage: Invalid value: 101: spec.resources.acceleratorSlicedMemoryPercentage in body should be less than or equal to 100",
+        valid=instance(resources={"acceleratorSlicedMemoryPercentage": 100}),
+    ),
+    Case(
+        "an Instance sets each environment variable once",
+        write=instance(env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]),
+        refused='spec.env[1]: Duplicate value: {"name":"A"}',
+        valid=instance(env=[{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]),
+    ),
+    Case(
+        "an additional volume has exactly one source",
+        write=instance(additionalVolumes=[{"mountPath": "/data"}]),
+        refused='spec.additionalVolumes[0]: Invalid value: "object": exactly one of persistent, configMap, secret or hostPath must be set',
+        valid=instance(additionalVolumes=[{"mountPath": "/data", "configMap": {"name": "c"}}]),
+    ),
+    Case(
+        "an acceleratable InstanceType names its accelerator group",
+        write=instance_type(acceleratorGroup=""),
+        refused='spec.acceleratorGroup: Invalid value: "object": acceleratorGroup must be specified when acceleratable is true',
+        valid=instance_type(acceleratorGroup="nvidia-a10g"),
+    ),
+    Case(
+        "an XR's name fits a label value: Crossplane caps it at 63 characters",
+        write={**instance_type(), "metadata": {"name": LONG_TYPE}},
+        refused="metadata.name: Too long: may not be more than 63 bytes",
+        valid={**instance_type(), "metadata": {"name": LONG_TYPE[:63]}},
+    ),
+    Case(
+        "a ClusterQueue's flavors give quota for every covered resource (Kueue's rule)",
+        write=cluster_queue("cpu", "memory"),
+        refused='spec.resourceGroups[0]: Invalid value: "object": flavors must have the same number of resources as the coveredResources',
+        valid=cluster_queue("cpu"),
+        upstream=True,
+    ),
+    Case(
+        "a Pod's containers are named",
+        write=pod({"image": "busybox"}),
+        refused="spec.containers[0].name: Required value",
+        valid=pod({"name": "main", "image": "busybox"}),
+    ),
+    Case(
+        "a label value is at most 63 characters",
+        write=pod({"name": "main", "image": "busybox"}, app="x" * 64),
+        refused='metadata.labels: Invalid value: "'
+        + "x" * 64
+        + '": must be no more than 63 characters',
+        valid=pod({"name": "main", "image": "busybox"}, app="x" * 63),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_a_write_a_real_api_server_refuses(case: Case):
+    if case.upstream:
+        require_schemas()
+    api = server(case.stored) if case.stored else server()
+    before = copy.deepcopy(stored(api, case.write))
+    with pytest.raises(Refused) as refused:
+        write(api, case.write)
+    kind = api.schemas.lookup(case.write["apiVersion"], case.write["kind"])
+    name = case.write["metadata"]["name"]
+    assert str(refused.value) == f'{kind.qualified_kind} "{name}" is invalid: {case.refused}'
+    assert refused.value.reason == INVALID
+    assert stored(api, case.write) == before  # untouched
+    twin = server(case.valid_stored or case.stored) if case.stored else server()
+    write(twin, case.valid)
+
+
+# --- what is stored ---------------------------------------------------------------------------
+
+
+def test_defaults_are_applied():
+    spec = server().create(instance(runtime=None))["spec"]
+    assert (spec["runtime"], spec["volumeMount"], spec["stop"]) == (
+        "Container",
+        "/workspace",
+        False,
+    )
+    ports = server().create(instance(ports=[{"port": 8080}]))["spec"]["ports"]
+    assert ports == [{"port": 8080, "protocol": "TCP"}]
+
+
+def test_unknown_fields_are_pruned_with_the_api_servers_warning():
+    api = server()
+    created = api.create(instance(bogus="x", resources={"accelerator": "1", "gpu": 1}))
+    assert "bogus" not in created["spec"] and created["spec"]["resources"] == {"accelerator": "1"}
+    assert sorted(api.warnings) == [
+        'unknown field "spec.bogus"',
+        'unknown field "spec.resources.gpu"',
+    ]
+
+
+def test_a_write_of_the_main_resource_keeps_the_stored_status():
+    api = server(instance(phase="Running"))
+    updated = api.apply(instance(displayName="demo", phase="Failed"))
+    assert updated["status"] == {"phase": "Running"}
+    assert updated["spec"]["displayName"] == "demo"
+
+
+def test_the_status_write_stores_only_the_status_and_validates_it():
+    api = server(instance())
+    updated = api.update_status(instance(image="ignored", phase="Stopped"))
+    assert updated["status"] == {"phase": "Stopped"}
+    assert updated["spec"]["image"] == "ubuntu:24.04"
+    assert updated["metadata"]["generation"] == 1
+    with pytest.raises(Refused) as refused:
+        api.update_status({**instance(), "status": {"stoppedGeneration": "two"}})
+    assert str(refused.value) == (
+        'Instance.worker.gpustack.ai "custom-demo" is invalid: [status.stoppedGeneration: '
+        'Invalid value: "string": status.stoppedGeneration in body must be of type integer: "string", '
+        f"{RULES_NOT_CHECKED}]"
+    )
+
+
+def test_the_generation_starts_at_one_and_moves_when_the_spec_changes():
+    api = server()
+    assert api.create(instance())["metadata"]["generation"] == 1
+    assert api.apply(instance(displayName="demo"))["metadata"]["generation"] == 2
+    relabeled = instance(displayName="demo")
+    relabeled["metadata"]["labels"] = {"team": "a"}
+    assert api.apply(relabeled)["metadata"]["generation"] == 2
+    assert api.update_status(instance(phase="Running"))["metadata"]["generation"] == 2
+    assert api.apply(instance(displayName="demo"))["metadata"]["generation"] == 2  # unchanged
+
+
+def test_create_of_an_existing_object_and_updates_of_a_missing_one_are_refused():
+    api = server(instance())
+    cases = [
+        (lambda: api.create(instance()), ALREADY_EXISTS, "already exists"),
+        (lambda: api.merge_patch("Instance", "nope", {}, "default"), NOT_FOUND, "not found"),
+        (lambda: server().update(instance()), NOT_FOUND, "not found"),
+        (lambda: server().update_status(instance()), NOT_FOUND, "not found"),
+    ]
+    for call, reason, words in cases:
+        with pytest.raises(Refused) as refused:
+            call()
+        assert refused.value.reason == reason
+        assert str(refused.value).startswith("instances.worker.gpustack.ai ")
+        assert str(refused.value).endswith(words)
+
+
+# --- patches ------------------------------------------------------------------------------------
+
+
+def test_the_walkthrough_5_repoint_is_accepted_on_a_drained_instance():
+    api = server(instance(phase="Stopped"))
+    patched = api.merge_patch("Instance", "custom-demo", WALKTHROUGH_5_PATCH, "default")
+    assert (patched["spec"]["type"], patched["spec"]["stop"]) == (REPOINTED_TYPE, False)
+    assert patched["metadata"]["generation"] == 2
+
+
+def test_the_walkthrough_5_repoint_is_refused_on_a_running_instance():
+    api = server(instance(phase="Running"))
+    with pytest.raises(Refused) as refused:
+        api.merge_patch("Instance", "custom-demo", WALKTHROUGH_5_PATCH, "default")
+    assert str(refused.value) == (
+        'Instance.worker.gpustack.ai "custom-demo" is invalid: spec.type: Invalid value: "object": '
+        "type is immutable while the Instance runs: set spec.stop to true, wait for Stopped, then change it"
+    )
+    assert api.store.get("Instance", "custom-demo", "default")["spec"]["type"] == "a10g-12c128g"
+
+
+def test_a_merge_patch_deletes_with_null_and_replaces_lists():
+    api = server(instance(stop=True, displayName="demo", command=["sleep", "1"]))
+    patch = {
+        "metadata": {"labels": {"team": "a", "gone": None}},  # a null inside a new map, too
+        "spec": {"displayName": None, "command": ["true"]},
+    }
+    patched = api.merge_patch("Instance", "custom-demo", patch, "default")
+    assert patched["metadata"]["labels"] == {"team": "a"}
+    assert "displayName" not in patched["spec"] and patched["spec"]["command"] == ["true"]
+
+
+def test_a_json_patch_with_a_failing_test_is_refused_and_changes_nothing():
+    api = server(instance())
+    operations = [
+        {"op": "replace", "path": "/spec/image", "value": "ubuntu:26.04"},
+        {"op": "test", "path": "/spec/stop", "value": True},
+    ]
+    with pytest.raises(Refused) as refused:
+        api.json_patch("Instance", "custom-demo", operations, "default")
+    assert refused.value.reason == BAD_REQUEST
+    assert str(refused.value) == (
+        'Instance.worker.gpustack.ai "custom-demo": JSON patch operation 1 (test /spec/stop) '
+        "failed: the value is false, not true"
+    )
+    assert api.store.get("Instance", "custom-demo", "default")["spec"]["image"] == "ubuntu:24.04"
+
+
+def test_a_json_patch_applies_every_operation_in_order():
+    api = server(instance(stop=True, command=["sleep", "1"]))
+    operations = [
+        {"op": "test", "path": "/spec/stop", "value": True},
+        {"op": "add", "path": "/spec/command/-", "value": "2"},
+        {"op": "add", "path": "/spec/command/0", "value": "exec"},
+        {"op": "remove", "path": "/spec/command/1"},
+        {"op": "copy", "from": "/spec/image", "path": "/spec/displayName"},
+        {"op": "move", "from": "/spec/displayName", "path": "/spec/description"},
+        {"op": "replace", "path": "/spec/stop", "value": False},
+    ]
+    spec = api.json_patch("Instance", "custom-demo", operations, "default")["spec"]
+    assert spec["command"] == ["exec", "1", "2"]
+    assert (spec["description"], spec["stop"]) == ("ubuntu:24.04", False)
+    assert "displayName" not in spec
+
+
+def test_a_patch_cannot_rename_the_object():
+    api = server(instance())
+    with pytest.raises(Refused) as refused:
+        api.merge_patch("Instance", "custom-demo", {"metadata": {"name": "other"}}, "default")
+    assert refused.value.reason == BAD_REQUEST
+    assert api.store.get("Instance", "other", "default") is None
+
+
+def test_a_json_patch_on_the_status_subresource():
+    api = server(instance(phase="Running"))
+    operations = [{"op": "replace", "path": "/status/phase", "value": "Stopped"}]
+    patched = api.json_patch("Instance", "custom-demo", operations, "default", subresource="status")
+    assert patched["status"] == {"phase": "Stopped"}
+
+
+# --- where the schemas come from --------------------------------------------------------------
+
+
+def test_without_upstream_schemas_upstream_kinds_pass_unvalidated_and_it_is_said_once():
+    api = ApiServer(Store(), validation.Schemas(None))
+    assert api.notices == [validation.SCHEMAS_MISSING]
+    api.create(cluster_queue("cpu", "memory"))  # invalid, but nothing can judge it
+    with pytest.raises(Refused):  # core kinds and our XRDs still are judged
+        api.create(pod({"image": "busybox"}))
+    assert api.notices == [validation.SCHEMAS_MISSING]
+
+
+def test_a_kind_none_of_the_schemas_knows_is_stored_as_is():
+    api = server()
+    obj = {"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}, "x": 1}
+    assert api.create(obj) == {**obj, "metadata": {"name": "g", "generation": 1}}
+
+
+def test_every_cel_rule_of_our_xrds_and_the_upstream_crds_compiles():
+    require_schemas()
+    folders = [ROOT / "compositions" / "xrds", ROOT / "compositions" / "legacy" / "xrds"]
+    paths = [p for folder in folders for p in folder.glob("*.yaml")]
+    rules = [r for path in [*paths, *require_schemas().glob("*.yaml")] for r in _rules(path)]
+    assert len(rules) > 100
+    for rule in rules:
+        validation._compiled(rule)
+
+
+def _rules(path) -> list[str]:
+    found = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            found.extend(r["rule"] for r in node.get("x-kubernetes-validations", ()))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for doc in documents(path):
+        walk(doc)
+    return found
+
+
+# --- CEL features our schemas do not use yet ----------------------------------------------------
+
+WIDGET = validation.KindSchema(
+    "Widget",
+    "example.com",
+    "widgets",
+    {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {"size": {"type": "integer"}},
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "!oldSelf.hasValue() || self.size >= oldSelf.value().size",
+                        "optionalOldSelf": True,
+                        "messageExpression": "'size may only grow, from ' + string(oldSelf.value().size)",
+                    },
+                    {
+                        "rule": "self.size != 13",
+                        "reason": "FieldValueForbidden",
+                        "fieldPath": ".size",
+                    },
+                ],
+            }
+        },
+    },
+    structural=True,
+    status_subresource=True,
+)
+
+
+def widget(size: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w"},
+        "spec": {"size": size},
+    }
+
+
+def test_optional_old_self_rules_run_on_create_and_message_expressions_word_the_error():
+    assert validation.check(WIDGET, widget(2)).errors == ()
+    errors = validation.check(WIDGET, widget(1), widget(2)).errors
+    assert [str(e) for e in errors] == ['spec: Invalid value: "object": size may only grow, from 2']
+
+
+def test_a_rule_reason_picks_the_error_type():
+    errors = validation.check(WIDGET, widget(13)).errors
+    assert [str(e) for e in errors] == ["spec.size: Forbidden: failed rule: self.size != 13"]
