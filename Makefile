@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format legacy bench schemas clean package
+.PHONY: demo test lint format legacy kueue bench schemas clean package
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -32,6 +32,9 @@ test: lint
 
 legacy: $(STAMP)
 	$(BIN)/python tools/legacy.py
+
+kueue: $(STAMP)
+	$(BIN)/python tools/kueue.py
 
 schemas: $(STAMP)
 	$(BIN)/python tools/schemas.py

@@ -24,6 +24,8 @@ def _profile(
     return MigProfile(name, memory_mib, compute, memory, placements)
 
 
+MANUFACTURER = "nvidia"  # whose cards the table below describes
+
 # product (as NVML names it) → offered GPU-instance profiles
 GEOMETRY: dict[str, tuple[MigProfile, ...]] = {
     "NVIDIA A100-SXM4-40GB": (
