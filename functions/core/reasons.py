@@ -31,6 +31,7 @@ GPU_CLASS_CONFLICT = "GPUClassConflict"
 RESOURCE_NOT_PERMITTED = "ResourceNotPermitted"
 VGPU_NOT_ENTITLED = "VGPUNotEntitled"
 INVALID_GPUS = "InvalidGPUs"
+IMMUTABLE = "Immutable"  # a field that cannot change while the workload runs
 
 # --- Instance: waits (the Instance starts by itself once the cluster catches up) --------------
 INSTANCE_TYPE_NOT_READY = "InstanceTypeNotReady"

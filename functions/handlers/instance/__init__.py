@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime
 
-from functions.core import apis
+from functions.core import apis, labels
 from functions.core.requests import InstanceTypeFacts
 from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Desired
@@ -40,6 +40,9 @@ def requirements(request: Request) -> dict[str, Requirement]:
         )
     if spec.str("nodeName"):
         found["node"] = Requirement(apis.CORE, "Node", match_name=spec.str("nodeName"))
+        found["flavors"] = Requirement(
+            apis.KUEUE, "ResourceFlavor", match_labels={labels.RESOURCE_TYPE: "nodes"}
+        )
     if spec.str("runtime") == "VirtualMachine":
         found |= vm.requirements(request)
     if volumes.claims(spec):

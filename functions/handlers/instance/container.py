@@ -13,7 +13,7 @@ from typing import Any
 
 from functions.core import labels, names, reasons
 from functions.core.requests import InstanceTypeFacts, Wait, plan
-from functions.handlers.instance import lifecycle
+from functions.handlers.instance import lifecycle, pin
 from functions.handlers.instance.outcome import (
     Instance,
     Outcome,
@@ -43,6 +43,9 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
     placed = lifecycle.placement(instance, hostname)
     if not (placed is None or isinstance(placed, str)):
         return placed
+    steering = pin_expressions(instance)
+    if isinstance(steering, Waiting):
+        return steering
     inputs = PodInputs(
         name=instance.name,
         namespace=instance.namespace,
@@ -53,6 +56,7 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
         hostname=placed,
         runtime_class=runtime_class(instance, facts.manufacturer),
         fit_affinity=instance.settings.workload_fit_affinity,
+        pin_expressions=steering,
     )
     pod = render_pod(instance.spec, inputs)
     if instance.workload is not None:
@@ -63,6 +67,17 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
         composed["service"] = service
     status = pod_status(instance.workload, instance.request.observed("service"))
     return Running(reasons.POD_COMPOSED, composed, status)
+
+
+def pin_expressions(instance: Instance) -> tuple[dict, ...] | Waiting:
+    """For a `spec.nodeName` pin: the expressions that keep Kueue to the pinned node's flavor."""
+    if not instance.spec.str("nodeName"):
+        return ()
+    flavors = instance.request.required("flavors")
+    if flavors is None:
+        return Waiting(reasons.READING_NODE, "spec.nodeName: reading the pool's flavors")
+    node = instance.request.required_one("node")
+    return tuple(pin.flavor_expressions(node.labels(), flavors)) if node is not None else ()
 
 
 def runtime_class(instance: Instance, manufacturer: str) -> str | None:

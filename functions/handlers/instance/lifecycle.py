@@ -58,13 +58,14 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
         return drain(instance, f"instance type {name} is draining")
     if observed is not None and not observed.has("metadata", "deletionTimestamp"):
         try:
-            return type_status.read(observed)
+            facts = type_status.read(observed)
         except StatusError as error:
             message = (
                 f"spec.type: instance type {name} published an unreadable status "
                 f"({error}); waiting for its next reconcile"
             )
             return Waiting(reasons.INSTANCE_TYPE_NOT_READY, message)
+        return retyped(instance, facts) or facts
     phase = instance.request.xr.str("status", "phase")
     if instance.workload is not None or phase not in NEVER_RAN:
         return drain(instance, f"instance type {name} was deleted")
@@ -75,6 +76,24 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
             reasons.INSTANCE_TYPE_NOT_FOUND,
         )
     )
+
+
+def retyped(instance: Instance, facts: InstanceTypeFacts) -> Outcome | None:
+    """A running Pod queued to another type's entrance: `spec.type` changed while it runs.
+
+    The Instance XRD refuses that in a cluster, but only from Crossplane 2.2 on (earlier ones
+    drop root-level rules) and never offline; so the handler refuses it too, and the Fatal result
+    keeps the running Pod."""
+    pod = instance.workload
+    if pod is None or instance.virtual_machine:
+        return None
+    queued_to = pod.labels().get(labels.QUEUE_NAME, "")
+    if not queued_to or not facts.entrance or queued_to == facts.entrance:
+        return None
+    message = (
+        "type is immutable while the Instance runs: set spec.stop to true first, then repoint it"
+    )
+    return refused(Refusal("spec.type", message, reasons.IMMUTABLE))
 
 
 def pinned_hostname(instance: Instance) -> str | Outcome | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from functions.core import apis, labels, names, resources
-from functions.core.modes import Mode
+from functions.core.modes import Claim, Mode
 from functions.core.requests import Plan
+from functions.handlers.instance import pin
 from functions.views import View
 
 SSH_IMAGE = "gpustack/ssh-server:v1.3.0"
@@ -27,12 +28,50 @@ class PodInputs:
     manufacturer: str = ""
     accelerator_key: str = ""
     hostname: str | None = None  # the pin, read from the Node's own label
+    pin_expressions: tuple[dict, ...] = ()  # rule out the other flavors of a pinned Pod's pool
     runtime_class: str | None = None
     fit_affinity: bool = True
 
 
 def render_pod(spec: View, inputs: PodInputs) -> dict:
-    main = {
+    """The Pod, with `main` (and the SSH sidecar), the volumes and the placement."""
+    main = main_container(spec, inputs)
+    volumes = [workspace_volume(spec)]
+    for index, volume in enumerate(spec.list("additionalVolumes").views()):
+        source, mount = additional_volume(index, volume)
+        volumes.append(source)
+        main["volumeMounts"].append(mount)
+    containers = [main]
+    if spec.has("sshPublicKey"):
+        containers.append(sshd(spec, inputs))
+        secret = {"secretName": spec.str("sshPublicKey", "name"), "defaultMode": 0o600}
+        volumes.append({"name": "sshd-authorized-keys", "secret": secret})
+    pod_spec: dict = {
+        "hostIPC": True,
+        "shareProcessNamespace": True,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": containers,
+        "volumes": volumes,
+        **placement(inputs),
+    }
+    if spec.has("imagePullSecret"):
+        pod_spec["imagePullSecrets"] = [{"name": spec.str("imagePullSecret", "name")}]
+    return {
+        "apiVersion": apis.CORE,
+        "kind": "Pod",
+        "metadata": {
+            "name": inputs.name,
+            "namespace": inputs.namespace,
+            "labels": {labels.QUEUE_NAME: inputs.entrance, labels.INSTANCE: inputs.name},
+        },
+        "spec": pod_spec,
+    }
+
+
+def main_container(spec: View, inputs: PodInputs) -> dict:
+    """`main`: the tenant's image, sized by the plan, the workspace mounted (§5.2)."""
+    main: dict = {
         "name": names.MAIN_CONTAINER,
         "image": spec.str("image"),
         "imagePullPolicy": spec.str("imagePullPolicy") or "IfNotPresent",
@@ -58,52 +97,31 @@ def render_pod(spec: View, inputs: PodInputs) -> dict:
             }
             for p in ports
         ]
-    volumes = [workspace_volume(spec)]
-    for index, volume in enumerate(spec.list("additionalVolumes").views()):
-        name = f"additional-{index}"
-        volumes.append({"name": name, **additional_source(volume)})
-        mount = {"name": name, "mountPath": volume.str("mountPath")}
-        if volume.bool("readOnly"):
-            mount["readOnly"] = True
-        if volume.str("subPath"):
-            mount["subPath"] = volume.str("subPath")
-        main["volumeMounts"].append(mount)
-    containers = [main]
-    if spec.has("sshPublicKey"):
-        containers.append(sshd(spec, inputs))
-        volumes.append(
-            {
-                "name": "sshd-authorized-keys",
-                "secret": {"secretName": spec.str("sshPublicKey", "name"), "defaultMode": 0o600},
-            }
-        )
-    pod_spec: dict = {
-        "hostIPC": True,
-        "shareProcessNamespace": True,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "containers": containers,
-        "volumes": volumes,
-    }
-    if spec.has("imagePullSecret"):
-        pod_spec["imagePullSecrets"] = [{"name": spec.str("imagePullSecret", "name")}]
+    return main
+
+
+def additional_volume(index: int, volume: View) -> tuple[dict, dict]:
+    """One additional volume: its source, and its mount into `main` (into `main` only)."""
+    name = f"additional-{index}"
+    mount = {"name": name, "mountPath": volume.str("mountPath")}
+    if volume.bool("readOnly"):
+        mount["readOnly"] = True
+    if volume.str("subPath"):
+        mount["subPath"] = volume.str("subPath")
+    return {"name": name, **additional_source(volume)}, mount
+
+
+def placement(inputs: PodInputs) -> dict:
+    """The pin (a hostname nodeSelector, never nodeName), the affinity, the runtime class."""
+    found: dict = {}
     if inputs.hostname:
-        pod_spec["nodeSelector"] = {labels.HOSTNAME: inputs.hostname}
+        found["nodeSelector"] = {labels.HOSTNAME: inputs.hostname}
     affinity = fit_affinity(inputs)
     if affinity:
-        pod_spec["affinity"] = affinity
+        found["affinity"] = affinity
     if inputs.runtime_class:
-        pod_spec["runtimeClassName"] = inputs.runtime_class
-    return {
-        "apiVersion": apis.CORE,
-        "kind": "Pod",
-        "metadata": {
-            "name": inputs.name,
-            "namespace": inputs.namespace,
-            "labels": {labels.QUEUE_NAME: inputs.entrance, labels.INSTANCE: inputs.name},
-        },
-        "spec": pod_spec,
-    }
+        found["runtimeClassName"] = inputs.runtime_class
+    return found
 
 
 def port_name(port: View) -> str:
@@ -157,31 +175,34 @@ def sshd(spec: View, inputs: PodInputs) -> dict:
 
 
 def fit_affinity(inputs: PodInputs) -> dict | None:
-    """Per-card feasibility as node affinity: a slice needs one card with its units free, a
-    share on N cards needs N cards with a free share on one node (the fit labels)."""
-    if not inputs.fit_affinity or not inputs.accelerator_key:
-        return None
+    """The Pod's required node affinity, one term: the pin's flavor steering, the card count a
+    multi-card claim needs, and (with `workloadFitAffinity`) per-card feasibility from the fit
+    labels — a slice needs one card with its units free, a share on N cards needs N cards with
+    a free share on one node."""
     claim, key = inputs.plan.claim, inputs.accelerator_key
-    if claim.mode is Mode.SLICED:
-        expression = {
-            "key": labels.SLICED_FIT + key,
-            "operator": "Gt",
-            "values": [str(claim.units - 1)],
-        }
-    elif claim.mode is Mode.SHARED and claim.cards >= 2:
-        expression = {
-            "key": labels.SHARED_FIT + key,
-            "operator": "Gt",
-            "values": [str(claim.cards - 1)],
-        }
-    else:
+    expressions = [*inputs.pin_expressions, *pin.card_count_expressions(claim, key)]
+    if inputs.fit_affinity and key:
+        expressions += fit_expressions(claim, key)
+    if not expressions:
         return None
-    term = {"matchExpressions": [expression]}
+    term = {"matchExpressions": expressions}
     return {
         "nodeAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
         }
     }
+
+
+def fit_expressions(claim: Claim, key: str) -> list[dict]:
+    if claim.mode is Mode.SLICED:
+        return [
+            {"key": labels.SLICED_FIT + key, "operator": "Gt", "values": [str(claim.units - 1)]}
+        ]
+    if claim.mode is Mode.SHARED and claim.cards >= 2:
+        return [
+            {"key": labels.SHARED_FIT + key, "operator": "Gt", "values": [str(claim.cards - 1)]}
+        ]
+    return []
 
 
 def render_service(spec: View, name: str, namespace: str) -> dict | None:

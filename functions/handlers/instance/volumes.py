@@ -43,74 +43,81 @@ def clean(path: str) -> str:
 
 
 def shape_refusals(spec: View) -> list[Refusal]:
+    """Every shape rule the additional volumes break, entry by entry, in field order."""
     refusals = []
     workspace = clean(spec.str("volumeMount") or "/workspace")
     seen: dict[str, int] = {}
     for index, volume in enumerate(spec.list("additionalVolumes").views()):
         at = f"spec.additionalVolumes[{index}]"
-        mount = volume.str("mountPath")
-        if not mount.startswith("/"):
-            refusals.append(Refusal(f"{at}.mountPath", f"must be an absolute path, got {mount!r}"))
-        else:
-            path = clean(mount)
-            if path == workspace:
-                refusals.append(
-                    Refusal(
-                        f"{at}.mountPath",
-                        f"{path} is the workspace (spec.volumeMount); mount elsewhere",
-                    )
-                )
-            elif path in seen:
-                refusals.append(
-                    Refusal(
-                        f"{at}.mountPath",
-                        f"{path} duplicates spec.additionalVolumes[{seen[path]}].mountPath",
-                    )
-                )
-            seen.setdefault(path, index)
-        sources = [s for s in SOURCES if volume.has(s)]
-        if len(sources) != 1:
-            refusals.append(
-                Refusal(
-                    at,
-                    f"exactly one of persistent, configMap, secret or hostPath must be set, got {len(sources)}",
-                )
+        refusals += mount_path_refusals(at, index, volume, workspace, seen)
+        refusals += source_refusals(at, volume)
+        refusals += sub_path_refusals(at, volume)
+        refusals += name_refusals(at, volume)
+        refusals += host_path_shape_refusals(at, volume)
+    return refusals
+
+
+def mount_path_refusals(
+    at: str, index: int, volume: View, workspace: str, seen: dict[str, int]
+) -> list[Refusal]:
+    """Absolute, and neither the workspace nor another entry's path (once cleaned)."""
+    mount = volume.str("mountPath")
+    if not mount.startswith("/"):
+        return [Refusal(f"{at}.mountPath", f"must be an absolute path, got {mount!r}")]
+    path = clean(mount)
+    first = seen.setdefault(path, index)
+    if path == workspace:
+        message = f"{path} is the workspace (spec.volumeMount); mount elsewhere"
+        return [Refusal(f"{at}.mountPath", message)]
+    if first != index:
+        message = f"{path} duplicates spec.additionalVolumes[{first}].mountPath"
+        return [Refusal(f"{at}.mountPath", message)]
+    return []
+
+
+def source_refusals(at: str, volume: View) -> list[Refusal]:
+    sources = [s for s in SOURCES if volume.has(s)]
+    if len(sources) == 1:
+        return []
+    message = (
+        f"exactly one of persistent, configMap, secret or hostPath must be set, got {len(sources)}"
+    )
+    return [Refusal(at, message)]
+
+
+def name_refusals(at: str, volume: View) -> list[Refusal]:
+    """An object a source names has a DNS-1123 name."""
+    refusals = []
+    for source in ("persistent", "configMap", "secret"):
+        name = volume.str(source, "name")
+        if volume.has(source) and not (name and len(name) <= 253 and _DNS_SUBDOMAIN.match(name)):
+            message = (
+                f"must be a DNS-1123 name (lowercase letters, digits, '-' and '.'), got {name!r}"
             )
-        sub_path = volume.str("subPath")
-        if sub_path and (sub_path.startswith("/") or _climbs(sub_path)):
-            refusals.append(
-                Refusal(
-                    f"{at}.subPath",
-                    f"must be a relative path that stays inside the volume, got {sub_path!r}",
-                )
-            )
-        for source in ("persistent", "configMap", "secret"):
-            if volume.has(source):
-                name = volume.str(source, "name")
-                if not (name and len(name) <= 253 and _DNS_SUBDOMAIN.match(name)):
-                    refusals.append(
-                        Refusal(
-                            f"{at}.{source}.name",
-                            f"must be a DNS-1123 name (lowercase letters, digits, '-' and '.'), got {name!r}",
-                        )
-                    )
-        if volume.has("hostPath"):
-            host = volume.str("hostPath", "path")
-            if not host.startswith("/") or _climbs(host):
-                refusals.append(
-                    Refusal(
-                        f"{at}.hostPath.path",
-                        f"must be an absolute path without '..', got {host!r}",
-                    )
-                )
-            kind = volume.str("hostPath", "type")
-            if kind not in HOST_PATH_TYPES:
-                refusals.append(
-                    Refusal(
-                        f"{at}.hostPath.type",
-                        f"must be one of {', '.join(t for t in HOST_PATH_TYPES if t)}, got {kind!r}",
-                    )
-                )
+            refusals.append(Refusal(f"{at}.{source}.name", message))
+    return refusals
+
+
+def sub_path_refusals(at: str, volume: View) -> list[Refusal]:
+    sub_path = volume.str("subPath")
+    if sub_path and (sub_path.startswith("/") or _climbs(sub_path)):
+        message = f"must be a relative path that stays inside the volume, got {sub_path!r}"
+        return [Refusal(f"{at}.subPath", message)]
+    return []
+
+
+def host_path_shape_refusals(at: str, volume: View) -> list[Refusal]:
+    if not volume.has("hostPath"):
+        return []
+    refusals = []
+    host = volume.str("hostPath", "path")
+    if not host.startswith("/") or _climbs(host):
+        message = f"must be an absolute path without '..', got {host!r}"
+        refusals.append(Refusal(f"{at}.hostPath.path", message))
+    kind = volume.str("hostPath", "type")
+    if kind not in HOST_PATH_TYPES:
+        allowed = ", ".join(t for t in HOST_PATH_TYPES if t)
+        refusals.append(Refusal(f"{at}.hostPath.type", f"must be one of {allowed}, got {kind!r}"))
     return refusals
 
 

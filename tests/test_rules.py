@@ -1,0 +1,407 @@
+"""Handler rules on plain dicts, table by table: no protobuf, no simulated cluster.
+
+The scenario tests show the walkthrough; these pin each rule's cases — a Pod's phase, the Pod
+laid out for a plan, a pin's flavor steering, readiness by kind, the Catalog's settings — with
+whole expected values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from functions.core.modes import Claim, Mode
+from functions.core.quantity import GIB
+from functions.core.requests import InstanceTypeFacts, Plan, plan
+from functions.core.settings import Settings, SettingsError
+from functions.handlers import readiness
+from functions.handlers.base import Request
+from functions.handlers.instance import compose, pin
+from functions.handlers.instance.container import pod_phase
+from functions.handlers.instance.pod import PodInputs, render_pod
+from functions.views import DictView
+
+# --- a Pod's phase, mirrored into the Instance (reference §1.4) --------------------------------
+
+
+def pod(phase: str = "Pending", message: str = "", **conditions: tuple[str, str, str]) -> dict:
+    return {
+        "status": {
+            "phase": phase,
+            "message": message,
+            "conditions": [
+                {"type": t, "status": s, "reason": r, "message": m}
+                for t, (s, r, m) in conditions.items()
+            ],
+        }
+    }
+
+
+@dataclass(frozen=True)
+class PhaseCase:
+    name: str
+    pod: dict | None
+    phase: tuple[str, str]
+
+
+PHASES = [
+    PhaseCase("no Pod yet", None, ("Starting", "composing the Pod")),
+    PhaseCase("gated by Kueue", pod(), ("Scheduling", "")),
+    PhaseCase(
+        "unschedulable",
+        pod(PodScheduled=("False", "Unschedulable", "0/4 nodes are available")),
+        ("Pending", "0/4 nodes are available"),
+    ),
+    PhaseCase(
+        "pulling its image",
+        pod(PodScheduled=("True", "", ""), Initialized=("False", "", "pulling")),
+        ("Initializing", "pulling"),
+    ),
+    PhaseCase(
+        "containers starting",
+        pod(PodScheduled=("True", "", ""), Ready=("False", "ContainersNotReady", "not yet")),
+        ("Starting", "not yet"),
+    ),
+    PhaseCase(
+        "ready",
+        pod("Running", PodScheduled=("True", "", ""), Ready=("True", "", "")),
+        ("Ready", ""),
+    ),
+    PhaseCase(
+        "was ready, now failing its probe",
+        pod("Running", PodScheduled=("True", "", ""), Ready=("False", "Probe", "probe failed")),
+        ("NotReady", "probe failed"),
+    ),
+    PhaseCase("finished", pod("Succeeded", "done"), ("Succeeded", "done")),
+    PhaseCase(
+        "failed at admission", pod("Failed", "Allocate failed"), ("Failed", "Allocate failed")
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PHASES, ids=[c.name for c in PHASES])
+def test_an_instance_mirrors_its_pods_phase(case):
+    observed = DictView(case.pod) if case.pod is not None else None
+    assert pod_phase(observed) == case.phase
+
+
+# --- the Pod laid out for a plan (reference §5.2–5.3) ------------------------------------------
+
+A10G = InstanceTypeFacts(
+    name="gpustack--nvidia-a10g-linux-amd64",
+    acceleratable=True,
+    unit_cpu=8,
+    unit_ram=64 * GIB,
+    local_storage=100 * GIB,
+    accelerator_group="nvidia-a10g",
+    manufacturer="nvidia",
+    card_memory_mib=24576,
+    modes=frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED}),
+    largest_node_cards=4,
+    entrance="gpustack-fnv64-c4680bb149644f1c",
+)
+SPEC = {
+    "image": "ubuntu:24.04",
+    "command": ["sleep", "86400"],
+    "volume": {"ephemeral": {"capacity": "1Gi"}},
+}
+
+
+def planned(resources: dict) -> Plan:
+    result = plan(resources, A10G)
+    assert isinstance(result, Plan)
+    return result
+
+
+def test_a_whole_card_pod_is_laid_out_as_the_reference_renders_it():
+    inputs = PodInputs(
+        "demo", "default", A10G.entrance, planned({"accelerator": "1"}), "nvidia", "nvidia-a10g"
+    )
+    assert render_pod(DictView(SPEC), inputs) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "demo",
+            "namespace": "default",
+            "labels": {
+                "kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c",
+                "worker.gpustack.ai/instance": "demo",
+            },
+        },
+        "spec": {
+            "hostIPC": True,
+            "shareProcessNamespace": True,
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "ubuntu:24.04",
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sleep", "86400"],
+                    "securityContext": {"runAsUser": 0, "privileged": False},
+                    "resources": {
+                        "requests": {
+                            "cpu": "800m",
+                            "memory": "8Gi",
+                            "ephemeral-storage": "1920Mi",
+                            "nvidia.com/gpu": "1",
+                        },
+                        "limits": {
+                            "cpu": "8",
+                            "memory": "64Gi",
+                            "ephemeral-storage": "15Gi",
+                            "nvidia.com/gpu": "1",
+                        },
+                    },
+                    "volumeMounts": [{"name": "workspace", "mountPath": "/workspace"}],
+                }
+            ],
+            "volumes": [{"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class AffinityCase:
+    name: str
+    resources: dict
+    expressions: list[dict[str, Any]]
+    fit_affinity: bool = True
+    pin: tuple[dict, ...] = ()
+
+
+COUNT = "acceleratable.feature.gpustack.ai/nvidia-a10g.count"
+AFFINITIES = [
+    AffinityCase("one whole card needs nothing more", {"accelerator": "1"}, []),
+    AffinityCase(
+        "two whole cards need a node with two",
+        {"accelerator": "2"},
+        [{"key": COUNT, "operator": "Gt", "values": ["1"]}],
+    ),
+    AffinityCase(
+        "a share on three cards needs three cards with a free share, on a node with three",
+        {"acceleratorShared": 3},
+        [
+            {"key": COUNT, "operator": "Gt", "values": ["2"]},
+            {
+                "key": "shared-free-cards.fit.gpustack.ai/nvidia-a10g",
+                "operator": "Gt",
+                "values": ["2"],
+            },
+        ],
+    ),
+    AffinityCase(
+        "a 20 % slice needs a card with 320,000 units free",
+        {"acceleratorSlicedMemoryPercentage": 20},
+        [
+            {
+                "key": "sliced-max-free-units.fit.gpustack.ai/nvidia-a10g",
+                "operator": "Gt",
+                "values": ["319999"],
+            }
+        ],
+    ),
+    AffinityCase(
+        "without fit affinity a slice carries no fit label",
+        {"acceleratorSlicedMemoryPercentage": 20},
+        [],
+        fit_affinity=False,
+    ),
+    AffinityCase(
+        "a pin's flavor steering comes first",
+        {"accelerator": "1"},
+        [{"key": COUNT, "operator": "NotIn", "values": ["1"]}],
+        pin=({"key": COUNT, "operator": "NotIn", "values": ["1"]},),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", AFFINITIES, ids=[c.name for c in AFFINITIES])
+def test_the_pods_required_node_affinity(case):
+    inputs = PodInputs(
+        "demo",
+        "default",
+        A10G.entrance,
+        planned(case.resources),
+        "nvidia",
+        "nvidia-a10g",
+        fit_affinity=case.fit_affinity,
+        pin_expressions=case.pin,
+    )
+    affinity = render_pod(DictView(SPEC), inputs)["spec"].get("affinity")
+    if not case.expressions:
+        assert affinity is None
+        return
+    terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == {"nodeSelectorTerms": [{"matchExpressions": case.expressions}]}
+
+
+# --- a pin steers Kueue to the pinned node's flavor ---------------------------------------------
+
+
+def flavor(count: str, g_key: str = "intel-xeon-platinum-8259cl") -> DictView:
+    return DictView(
+        {
+            "spec": {
+                "nodeLabels": {
+                    "kubernetes.io/os": "linux",
+                    f"general.feature.gpustack.ai/{g_key}": "true",
+                    "acceleratable.feature.gpustack.ai/nvidia-tesla-t4": "true",
+                    "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count": count,
+                }
+            }
+        }
+    )
+
+
+NODE_T4_B = {
+    "kubernetes.io/os": "linux",
+    "kubernetes.io/hostname": "node-t4-b",
+    "general.feature.gpustack.ai/intel-xeon-platinum-8259cl": "true",
+    "acceleratable.feature.gpustack.ai/nvidia-tesla-t4": "true",
+    "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count": "4",
+}
+
+
+def test_a_pin_rules_out_every_other_flavor_on_a_key_kueue_judges_it_by():
+    expressions = pin.flavor_expressions(
+        NODE_T4_B, [flavor("1"), flavor("4"), flavor("4", "amd-epyc-7r32")]
+    )
+    assert expressions == [
+        {
+            "key": "acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count",
+            "operator": "NotIn",
+            "values": ["1"],
+        },
+        {"key": "general.feature.gpustack.ai/amd-epyc-7r32", "operator": "DoesNotExist"},
+    ]
+
+
+def test_card_count_expressions_only_for_several_whole_cards_or_shares():
+    assert pin.card_count_expressions(Claim(Mode.EXCLUSIVE, 1), "nvidia-a10g") == []
+    assert pin.card_count_expressions(Claim(Mode.SLICED, 1, units=1), "nvidia-a10g") == []
+    assert pin.card_count_expressions(Claim(Mode.SHARED, 2), "nvidia-a10g") == [
+        {"key": COUNT, "operator": "Gt", "values": ["1"]}
+    ]
+
+
+# --- a type change under a running Pod -----------------------------------------------------------
+
+INSTANCE_TYPE = {
+    "apiVersion": "worker.gpustack.ai/v1alpha1",
+    "kind": "InstanceType",
+    "metadata": {"name": "gpustack--nvidia-tesla-t4-linux-amd64"},
+    "spec": {
+        "acceleratable": True,
+        "acceleratorGroup": "nvidia-tesla-t4",
+        "unitResources": {"cpu": "8", "ram": "32Gi"},
+    },
+    "status": {
+        "version": 2,
+        "phase": "Active",
+        "entrance": "gpustack-fnv64-6b371caa2da0b799",
+        "offers": {"manufacturer": "nvidia", "cardMemoryMiB": 16384, "largestNodeCards": 4},
+    },
+}
+
+
+def test_a_type_changed_under_a_running_pod_is_fatal_and_keeps_the_pod():
+    instance = {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Instance",
+        "metadata": {"name": "demo", "namespace": "default", "generation": 2},
+        "spec": {**SPEC, "type": "gpustack--nvidia-tesla-t4-linux-amd64"},
+    }
+    running = {  # queued to the A10G pool's entrance: the type it was started with
+        "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}},
+        "spec": {"nodeName": "node-a10g"},
+    }
+    request = Request.of(
+        instance,
+        observed={"pod": running},
+        required={"catalog": [], "instancetype": [INSTANCE_TYPE], "runtimeclasses": []},
+    )
+    desired = compose(request)
+    assert [(r.severity.value, r.reason, r.message) for r in desired.results] == [
+        (
+            "Fatal",
+            "Immutable",
+            "spec.type: type is immutable while the Instance runs: set spec.stop to true first, "
+            "then repoint it",
+        )
+    ]
+    assert not desired.resources
+
+
+# --- readiness, by kind ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadyCase:
+    name: str
+    obj: dict
+    observed: dict | None
+    ready: bool
+    extra: dict = field(default_factory=dict)
+
+
+def active(status: str) -> dict:
+    return {"status": {"conditions": [{"type": "Active", "status": status}]}}
+
+
+READINESS = [
+    ReadyCase(
+        "a ResourceFlavor, at once (it has no status)",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor"},
+        None,
+        True,
+    ),
+    ReadyCase(
+        "a ClusterQueue Kueue made Active",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue"},
+        active("True"),
+        True,
+    ),
+    ReadyCase(
+        "a ClusterQueue not Active",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue"},
+        active("False"),
+        False,
+    ),
+    ReadyCase(
+        "a derived InstanceType whose queue is Active",
+        {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "InstanceType"},
+        {"status": {"phase": "Active"}},
+        True,
+    ),
+    ReadyCase(
+        "a bound claim",
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim"},
+        {"status": {"phase": "Bound"}},
+        True,
+    ),
+    ReadyCase("a Service, once it exists", {"apiVersion": "v1", "kind": "Service"}, {}, True),
+    ReadyCase("a Service not made yet", {"apiVersion": "v1", "kind": "Service"}, None, False),
+]
+
+
+@pytest.mark.parametrize("case", READINESS, ids=[c.name for c in READINESS])
+def test_readiness_is_one_table_by_kind(case):
+    observed = DictView(case.observed) if case.observed is not None else None
+    assert readiness.of(case.obj, observed) is case.ready
+
+
+# --- the Catalog's settings -------------------------------------------------------------------------
+
+
+def test_settings_keep_their_defaults_and_refuse_a_wrong_type_by_field():
+    assert Settings.from_spec({"instanceTypeAwareCpuManufacturer": None}) == Settings()
+    with pytest.raises(SettingsError) as error:
+        Settings.from_spec({"instanceHostPathVolumeAllowed": "true"})
+    assert error.value.field == "spec.instanceHostPathVolumeAllowed"
+    with pytest.raises(SettingsError) as error:
+        Settings.from_spec({"systemNamespace": "Not_A_Label"})
+    assert error.value.field == "spec.systemNamespace"
