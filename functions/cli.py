@@ -55,12 +55,29 @@ def demo(devices_file: Path, aware: bool) -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=WALKTHROUGH_SCENARIO,
 )
-def simulate(scenario: Path) -> None:
-    """Play a scenario through the real handlers and print the tables after each step."""
-    from functions.simulate import play
+@click.option(
+    "--dump-to",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="After each step, write every object of the cluster to DIR/NN/<Kind>.yaml.",
+)
+def simulate(scenario: Path, dump_to: Path | None) -> None:
+    """Play SCENARIO through the real handlers and print the tables after each step.
 
-    for output in play(scenario):
-        click.echo(output)
+    A scenario is a YAML file (default: the walkthrough). `apply:` lists the files of the
+    cluster to start from; each of its `steps:` has a `title:`, kubectl commands to `run:`
+    (`kubectl apply -f FILE`, `kubectl patch KIND NAME --type=merge|json -p JSON`,
+    `kubectl delete KIND NAME`, with `-n NAMESPACE` anywhere), and the kinds to `show:` once
+    the cluster has settled. Paths are relative to the scenario file. Every write goes through
+    a simulated API server that validates it as a real one would; a refused write stops the
+    scenario with the API server's message. See docs/scenarios.md.
+    """
+    from functions.simulate import ScenarioError, play
+
+    try:
+        for output in play(scenario, dump_to=dump_to):
+            click.echo(output)
+    except ScenarioError as error:
+        raise click.ClickException(str(error)) from error
 
 
 @main.command(name="render")

@@ -204,10 +204,18 @@ CASES = [
         valid=instance_type(acceleratorGroup="nvidia-a10g"),
     ),
     Case(
-        "an XR's name fits a label value: Crossplane caps it at 63 characters",
-        write={**instance_type(), "metadata": {"name": LONG_TYPE}},
-        refused="metadata.name: Too long: may not be more than 63 bytes",
-        valid={**instance_type(), "metadata": {"name": LONG_TYPE[:63]}},
+        "a root XR labelled with its own name must fit a label value; a nested one carries its root's",
+        write={
+            **instance_type(),
+            "metadata": {"name": LONG_TYPE, "labels": {"crossplane.io/composite": LONG_TYPE}},
+        },
+        refused='metadata.labels: Invalid value: "'
+        + LONG_TYPE
+        + '": must be no more than 63 characters',
+        valid={
+            **instance_type(),
+            "metadata": {"name": LONG_TYPE, "labels": {"crossplane.io/composite": "default"}},
+        },
     ),
     Case(
         "a ClusterQueue's flavors give quota for every covered resource (Kueue's rule)",

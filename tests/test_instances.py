@@ -10,7 +10,10 @@ import copy
 
 import pytest
 
+from functions.handlers import instance as instance_handler
+from functions.handlers.base import Request
 from functions.simulate import World, load_documents, world_from
+from functions.simulate.apiserver import Refused
 from tests.support import schemas
 from tests.support.schemas import ROOT
 
@@ -93,7 +96,9 @@ def test_section_3_the_sliced_demo_pod_and_the_a10g_row(world):
             }
         ]
     }
-    assert "nodeSelector" not in pod["spec"]
+    # No pin: the only node selector is the one Kueue gives the Pod on admission, its flavor's.
+    flavor = world.get("ResourceFlavor", "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64-1d")
+    assert pod["spec"]["nodeSelector"] == flavor["spec"]["nodeLabels"]
     assert pod["spec"]["volumes"] == [{"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}]
     assert instance(world, "sliced-demo")["status"]["phase"] == "Ready"
     assert accelerators(world, A10G) == "0/0 0/0 80/80 0/0"
@@ -168,7 +173,12 @@ def test_section_6_pinned_demo_is_refused_until_host_paths_are_allowed(world):
     world.patch("Catalog", "default", {"instanceHostPathVolumeAllowed": True})
     world.reconcile()
     pod = world.get("Pod", "pinned-demo", "default")
-    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-b"}
+    # The pin, and Kueue's flavor: node-t4-b's (4 cards), steered there by the pin's affinity.
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-t4-b"
+    assert (
+        pod["spec"]["nodeSelector"]["acceleratable.feature.gpustack.ai/nvidia-tesla-t4.count"]
+        == "4"
+    )
     assert pod["spec"]["nodeName"] == "node-t4-b"  # set by the scheduler, never by the handler
     main = pod["spec"]["containers"][0]
     assert main["volumeMounts"] == [
@@ -316,7 +326,7 @@ def test_a_node_local_claim_pins_the_pod_and_an_unbound_one_composes_nothing(wor
     claim["spec"]["volumeName"], claim["status"] = "local-scratch", {"phase": "Bound"}
     world.reconcile()
     pod = world.get("Pod", "custom-demo", "default")
-    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-t4-a"}
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "node-t4-a"
     assert pod["spec"]["nodeName"] == "node-t4-a"
     assert world.get("InstancePersistentVolume", "scratch", "default")["status"] == {
         **world.get("InstancePersistentVolume", "scratch", "default")["status"],
@@ -332,7 +342,7 @@ def test_a_network_claim_does_not_pin(world):
     )
     run(world, shared)
     pod = world.get("Pod", "custom-demo", "default")
-    assert "nodeSelector" not in pod["spec"]
+    assert "kubernetes.io/hostname" not in pod["spec"]["nodeSelector"]  # Kueue's flavor only
     assert world.get("PersistentVolumeClaim", "datasets", "default")["spec"] == {
         "accessModes": ["ReadWriteMany"],
         "resources": {"requests": {"storage": "100Gi"}},
@@ -369,15 +379,6 @@ REFUSALS = [
     (
         {
             "spec": {
-                "volume": {"ephemeral": {"capacity": "1Gi"}, "persistent": {"name": "datasets"}}
-            }
-        },
-        "InvalidVolume",
-        "spec.volume: cannot specify both ephemeral and persistent of volume",
-    ),
-    (
-        {
-            "spec": {
                 "additionalVolumes": [{"mountPath": "/workspace/.", "configMap": {"name": "c"}}]
             }
         },
@@ -409,11 +410,6 @@ REFUSALS = [
         "spec.additionalVolumes[0].configMap.name: must be a DNS-1123 name (lowercase letters, digits, '-' and '.'), got 'App_Config'",
     ),
     (
-        {"spec": {"additionalVolumes": [{"mountPath": "/a"}]}},
-        "InvalidVolume",
-        "spec.additionalVolumes[0]: exactly one of persistent, configMap, secret or hostPath must be set, got 0",
-    ),
-    (
         {"spec": {"runtime": "VirtualMachine"}},
         "InvalidForVirtualMachine",
         "spec.resources.accelerator: a VirtualMachine takes its GPUs through spec.gpus and mounts only its "
@@ -438,6 +434,47 @@ def test_refusals_compose_no_pod_and_say_why(world, change, reason, message):
     assert (status["phase"], status["phaseMessage"]) == ("Refused", message)
     admitted = condition(world.get("Instance", "sliced-demo", namespace), "Admitted")
     assert (admitted["reason"], admitted["message"]) == (reason, message)
+
+
+# What the Instance XRD's own rules refuse never reaches a handler in a cluster: the API server
+# refuses the write. Offline (`gpustack-fn render`) no API server runs, so the handler refuses
+# the same spec itself, naming the same field.
+SCHEMA_REFUSALS = [
+    (
+        {"volume": {"ephemeral": {"capacity": "1Gi"}, "persistent": {"name": "datasets"}}},
+        'spec.volume: Invalid value: "object": cannot specify both ephemeral and persistent of volume',
+        "spec.volume: cannot specify both ephemeral and persistent of volume",
+    ),
+    (
+        {"additionalVolumes": [{"mountPath": "/a"}]},
+        'spec.additionalVolumes[0]: Invalid value: "object": exactly one of persistent, configMap, '
+        "secret or hostPath must be set",
+        "spec.additionalVolumes[0]: exactly one of persistent, configMap, secret or hostPath must "
+        "be set, got 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "by_api_server", "by_handler"), SCHEMA_REFUSALS)
+def test_what_the_schema_refuses_the_handler_refuses_too(world, change, by_api_server, by_handler):
+    refused = copy.deepcopy(example("instance-sliced-demo.yaml"))
+    refused["spec"].update(change)
+    with pytest.raises(Refused) as error:
+        world.apply(refused)
+    assert (
+        str(error.value) == f'Instance.worker.gpustack.ai "sliced-demo" is invalid: {by_api_server}'
+    )
+    request = Request.of(
+        refused,
+        required={
+            "catalog": world.list("Catalog"),
+            "instancetype": [world.get("InstanceType", A10G)],
+            "runtimeclasses": [],
+        },
+    )
+    desired = instance_handler.compose(request)
+    assert desired.status == {"phase": "Refused", "phaseMessage": by_handler}
+    assert not desired.resources
 
 
 def test_every_composed_object_validates_against_the_kubernetes_schemas(world):
@@ -483,7 +520,7 @@ def test_a_legacy_claim_composes_the_pod_in_the_claims_namespace(world):
         0
     ]
     stream = render.render_stream(
-        run_function, composite, composition, required=world.objects.values()
+        run_function, composite, composition, required=world.store.values()
     )
     pod = next(doc for doc in stream if doc["kind"] == "Pod")
     assert (pod["metadata"]["name"], pod["metadata"]["namespace"]) == ("sliced-demo", "default")

@@ -4,9 +4,15 @@ applied, Kueue standing by. Every composed object validates against the upstream
 
 from __future__ import annotations
 
-import pytest
+import copy
 
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions import pipeline
+from functions.server import run_function
 from functions.simulate import World, load_documents, world_from
+from functions.simulate.apiserver import Refused
 from tests.support import schemas
 from tests.support.schemas import ROOT
 
@@ -20,7 +26,8 @@ AWARE_A10G = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"
 A10G_CARD = "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575"
 
 
-def cluster(run=None) -> World:
+def cluster(run=None, agents=False) -> World:
+    """The walkthrough cluster; the tests state what the nodes report (the agent's part)."""
     world = world_from(
         [
             WALKTHROUGH / "devices.yaml",
@@ -29,6 +36,7 @@ def cluster(run=None) -> World:
             WALKTHROUGH / "catalog.yaml",
         ],
         run,
+        agents=agents,
     )
     world.reconcile()
     return world
@@ -155,7 +163,7 @@ def test_section_1_local_queues_in_every_namespace_but_the_reserved(world):
     assert {ns for ns, _ in queues} == {"default", "kube-public"}
     assert len(queues) == 6
     local = world.get("LocalQueue", "gpustack-fnv64-c4680bb149644f1c", "default")
-    assert local["spec"] == {"clusterQueue": A10G}
+    assert local["spec"] == {"clusterQueue": A10G, "stopPolicy": "None"}  # Kueue's default
     assert local["metadata"]["annotations"]["schedule.gpustack.ai/queue"] == A10G
 
 
@@ -427,25 +435,34 @@ def test_every_composed_object_validates_against_the_upstream_schemas(world):
     assert checked > 40
 
 
-def test_a_devices_spec_error_is_fatal_and_names_the_field(world):
-    world.patch(
-        "Devices",
-        "node-t4-a",
-        {
-            "accelerators": [
-                {"manufacturer": "nvidia", "devices": [{"uuid": "GPU-x", "product": "Tesla T4"}]}
-            ]
-        },
+def test_a_devices_spec_error_is_refused_by_the_api_server_and_fatal_offline(world):
+    broken = {
+        "accelerators": [
+            {"manufacturer": "nvidia", "devices": [{"uuid": "GPU-x", "product": "Tesla T4"}]}
+        ]
+    }
+    with pytest.raises(Refused) as refused:
+        world.patch("Devices", "node-t4-a", broken)
+    assert str(refused.value) == (
+        'Devices.worker.gpustack.ai "node-t4-a" is invalid: '
+        "spec.accelerators[0].devices[0].memoryMiB: Required value"
     )
-    world.reconcile()
-    results = world.results[("Devices", "", "node-t4-a")]
-    assert [r.message for r in results] == [
-        "spec.accelerators[0].devices[0].memoryMiB: is required; the node agent writes this field"
+    # Offline no API server checks the spec: the devices handler refuses it, naming the field,
+    # and keeps what earlier steps composed.
+    devices = copy.deepcopy(world.get("Devices", "node-t4-a"))
+    devices["spec"].update(broken)
+    composition = world.crossplane.compositions["Devices"]
+    earlier = fnv1.State()
+    earlier.resources["earlier"].resource.update({"kind": "Earlier"})
+    req = pipeline.request(devices, {}, composition["spec"]["pipeline"][0]["input"], earlier)
+    rsp = run_function(req)
+    assert [(r.severity, r.message) for r in rsp.results] == [
+        (
+            fnv1.SEVERITY_FATAL,
+            "spec.accelerators[0].devices[0].memoryMiB: is required; the node agent writes this field",
+        )
     ]
-    # Nothing already composed is dropped.
-    assert (
-        world.get("NodeFeature", "node-t4-a-gpustack-device-manager", "gpustack-system") is not None
-    )
+    assert rsp.desired == earlier
 
 
 def test_the_same_through_real_grpc():
@@ -463,11 +480,12 @@ def test_the_same_through_real_grpc():
     in_process = cluster()
     in_process.patch("Catalog", "default", {"instanceTypeAwareCpuManufacturer": True})
     in_process.reconcile()
-    assert over_grpc.objects == in_process.objects
+    assert over_grpc.store.snapshot() == in_process.store.snapshot()
     assert views(over_grpc) == AWARE_ROWS | INITIAL
 
 
-def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work(world):
+def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work():
+    world = cluster(agents=True)
     running = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -487,16 +505,15 @@ def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work(worl
     assert world.get("Pod", "training", "default")["spec"]["nodeName"] == "node-a10g"
     world.patch("Devices", "node-a10g", {"managed": False})
     world.reconcile()
-    assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "HoldAndDrain"
-    status = world.get("InstanceType", A10G)["status"]
-    assert (status["phase"], status["phaseMessage"]) == (
-        "Draining",
-        "cluster queue is draining its workloads",
-    )
-    assert status["display"]["accelerator"] == "0/0 0/0 0/0 0/0"
-    world.delete("Pod", "training", "default")  # Kueue evicts it
-    world.reconcile()
+    # The queue was set to HoldAndDrain, Kueue evicted the workload (a Pod is stopped by
+    # deleting it), and the queue, holding nothing, opens again.
+    assert world.events == [
+        "Workload default/pod-training Evicted: ClusterQueue gpustack--nvidia-a10g-linux-amd64 "
+        "is stopped; Pod training deleted"
+    ]
+    assert world.get("Pod", "training", "default") is None
     assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "None"
+    assert views(world)[A10G] == ("0/0 0/0 0/0 0/0", "0/0")
 
 
 def test_without_drain_when_no_flavors_the_queue_stays_open(world):

@@ -43,6 +43,9 @@ class Store:
     def keys(self) -> list[Key]:
         return sorted(self._objects)
 
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.keys())
+
     def values(self) -> Iterator[dict[str, Any]]:
         return iter(list(self._objects.values()))
 

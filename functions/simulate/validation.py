@@ -335,7 +335,9 @@ def xrd_crd_schema(
     """The openAPIV3Schema of the CRD Crossplane generates from one version of an XRD.
 
     Crossplane keeps only spec's and status's fields, required lists and rules, adds its own
-    fields, requires `spec` and caps names at 63 characters (they become label values). Root-level
+    fields and requires `spec`; `metadata` is left to the API server (so a name may be 253
+    characters — a root composite longer than 63 fails later, when Crossplane labels it with
+    its own name: crossplane.io/composite is a label value). Root-level
     rules are copied from Crossplane v2.2.0 on (crossplane PR #7018); `root_rules=False` is
     Crossplane 1.x, which drops them."""
     source = next(v for v in xrd["spec"]["versions"] if v["name"] == version)["schema"]
@@ -347,10 +349,7 @@ def xrd_crd_schema(
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {
-                "type": "object",
-                "properties": {"name": {"type": "string", "maxLength": 63}},
-            },
+            "metadata": {"type": "object"},
             "spec": _section(sections.get("spec", {}), _spec_fields(xrd, claim)),
             "status": _section(sections.get("status", {}), _status_fields(xrd, claim)),
         },

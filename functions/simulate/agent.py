@@ -1,0 +1,32 @@
+"""The node agent's allocation report, run for real against the simulated kubelet.
+
+The agent is the product, not a stand-in: each node's `Devices.spec.allocations` is what
+`functions.agent.allocations` makes of the kubelet's pod-resources answer (here, the simulated
+kubelet's grants, with the device plugin's ID formats) and the Pods on the node. The hardware
+part of the spec is the scenario's (what NVML would report).
+"""
+
+from __future__ import annotations
+
+from functions.agent.allocations import allocations
+from functions.simulate import kube
+from functions.simulate.client import Client
+from functions.simulate.kubelet import Kubelet
+
+
+class Agents:
+    def __init__(self, api: Client, kubelet: Kubelet):
+        self.api = api
+        self.kubelet = kubelet
+
+    def run(self) -> None:
+        pods = self.api.list("Pod")
+        for devices in self.api.list("Devices"):
+            node = devices["metadata"]["name"]
+            on_node = {kube.pod_key(p): p for p in pods if p["spec"].get("nodeName") == node}
+            spec = devices.setdefault("spec", {})
+            rows = allocations(
+                self.kubelet.pod_resources(node), on_node, spec.get("accelerators") or []
+            )
+            if rows != (spec.get("allocations") or []):
+                self.api.merge_patch("Devices", node, {"spec": {"allocations": rows}})

@@ -1,0 +1,266 @@
+"""Crossplane's part: run each composite's pipeline and apply what it desires, as Crossplane does.
+
+- The pipeline runs through the classic loop (`functions.pipeline`) against the real function,
+  as the caller this world plays (Crossplane 2.2+, or 1.x with `extra_resources`).
+- A Fatal result stops the reconcile: nothing is applied or garbage collected; the composite is
+  `Synced=False` with the message.
+- Composed resources are server-side applied (fields this manager set before and not now go;
+  other managers' fields stay), carry the composite label and composition-resource-name, and
+  land in a namespaced composite's own namespace; resources no longer desired are deleted.
+- RBAC: Crossplane reaches only what its service account may — its own XRD kinds, plus what the
+  package's ClusterRole (aggregated into Crossplane's) grants. Fetching a required resource
+  needs get (by name) or list; composing needs get, list, watch, patch and delete. A gap fails
+  the reconcile with the API server's Forbidden message, naming the resource and the verb.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from functions import pipeline
+from functions.simulate import kube
+from functions.simulate.apiserver import Refused
+from functions.simulate.client import Client
+from functions.simulate.store import Key
+from functions.views import StructView
+
+COMPOSITE = "crossplane.io/composite"
+RESOURCE_NAME = "crossplane.io/composition-resource-name"
+SERVICE_ACCOUNT = "system:serviceaccount:crossplane-system:crossplane"
+COMPOSE_VERBS = ("get", "list", "watch", "patch", "delete")
+CORE_PLURALS = {"PersistentVolumeClaim": "persistentvolumeclaims", "StorageClass": "storageclasses"}
+
+
+class Forbidden(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Rbac:
+    """Crossplane's permissions: the package's ClusterRole rules, and its own XRD groups."""
+
+    rules: tuple[Mapping[str, Any], ...]
+    own_groups: frozenset[str]
+
+    @classmethod
+    def of(
+        cls, cluster_roles: Iterable[Mapping[str, Any]], xrds: Iterable[Mapping[str, Any]]
+    ) -> Rbac:
+        rules = tuple(rule for role in cluster_roles for rule in role.get("rules") or [])
+        return cls(rules, frozenset(x["spec"]["group"] for x in xrds))
+
+    def check(self, api_version: str, kind: str, verb: str, namespace: str = "") -> None:
+        group = api_version.rpartition("/")[0]
+        if group in self.own_groups:
+            return
+        resource = plural(kind)
+        for rule in self.rules:
+            if (
+                group in rule.get("apiGroups", [])
+                and resource in rule.get("resources", [])
+                and (verb in rule.get("verbs", []) or "*" in rule.get("verbs", []))
+            ):
+                return
+        scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        raise Forbidden(
+            f'{resource}{"." + group if group else ""} is forbidden: User "{SERVICE_ACCOUNT}" cannot '
+            f'{verb} resource "{resource}" in API group "{group}" {scope}'
+        )
+
+
+def plural(kind: str) -> str:
+    lower = kind.lower()
+    return CORE_PLURALS.get(kind, lower + ("es" if lower.endswith("s") else "s"))
+
+
+class Crossplane:
+    def __init__(
+        self,
+        api: Client,
+        run: pipeline.Runner,
+        api_dir: Path,
+        caller: pipeline.Caller = pipeline.CROSSPLANE_2,
+    ):
+        self.api = api
+        self.runner = run
+        self.caller = caller
+        self.compositions = {
+            doc["spec"]["compositeTypeRef"]["kind"]: doc
+            for doc in _documents(api_dir / "pipelines")
+        }
+        self.xrds = {doc["spec"]["names"]["kind"]: doc for doc in _documents(api_dir / "xrds")}
+        self.rbac = Rbac.of(_documents(api_dir / "rbac"), self.xrds.values())
+        self.owned: dict[Key, dict[str, Key]] = {}  # composite → composition-resource-name → object
+        self.applied: dict[Key, dict[str, Any]] = {}  # what a composite last applied to each object
+        self.results: dict[Key, list[fnv1.Result]] = {}
+
+    def namespaced_kinds(self) -> set[str]:
+        return {kind for kind, xrd in self.xrds.items() if xrd["spec"].get("scope") == "Namespaced"}
+
+    def run(self) -> None:
+        for key in self.api.api.store:
+            if key.kind in self.compositions and key in self.api.api.store:
+                self.reconcile(key)
+
+    def reconcile(self, key: Key) -> None:
+        composite = self.api.get(key.kind, key.name, key.namespace)
+        if composite is None:
+            return
+        owned = self.owned.setdefault(key, {})
+        observed = {
+            n: o for n, k in owned.items() if (o := self.api.get(k.kind, k.name, k.namespace))
+        }
+        try:
+            root = self.label_root(composite)
+            rsp, results = pipeline.run_pipeline(
+                self._checked(self.runner),
+                self.compositions[key.kind],
+                composite,
+                observed,
+                self.readable(),
+                self.caller,
+            )
+            self.results[key] = [result for _, result in results]
+            fatal = [r for r in self.results[key] if r.severity == fnv1.SEVERITY_FATAL]
+            if fatal:  # nothing is applied or garbage collected
+                return self.unsynced(composite, fatal[0].message)
+            self.apply_desired(key, root, owned, rsp)
+        except (Forbidden, Refused) as error:
+            return self.unsynced(composite, f"cannot compose resources: {error}")
+        composite = self.api.get(key.kind, key.name, key.namespace) or composite
+        composite["status"] = StructView(rsp.desired.composite.resource).to_dict().get("status", {})
+        conditions = pipeline.composite_conditions(rsp)
+        kube.set_conditions(composite, *(kube.condition(**_fields(c)) for c in conditions))
+        self.api.update_status(composite)
+
+    def readable(self) -> list[dict[str, Any]]:
+        return [
+            obj
+            for key in self.api.api.store
+            if (obj := self.api.get(key.kind, key.name, key.namespace))
+        ]
+
+    def _checked(self, run: pipeline.Runner) -> pipeline.Runner:
+        """The runner, with Crossplane's permission check on what each call asks it to fetch."""
+
+        def call(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+            rsp = run(req)
+            asked = {**rsp.requirements.extra_resources, **rsp.requirements.resources}
+            for selector in asked.values():
+                verb = "get" if selector.WhichOneof("match") == "match_name" else "list"
+                self.rbac.check(selector.api_version, selector.kind, verb, selector.namespace)
+            return rsp
+
+        return call
+
+    def label_root(self, composite: dict[str, Any]) -> str:
+        """Crossplane's naming configurator: a composite without the composite label (a root,
+        not one another composite made) takes its own name as the label's value; whatever it
+        composes is labelled with that value, so nested composites carry their root's."""
+        root = (composite["metadata"].get("labels") or {}).get(COMPOSITE)
+        if root:
+            return root
+        composite["metadata"].setdefault("labels", {})[COMPOSITE] = composite["metadata"]["name"]
+        self.api.apply(composite)
+        return composite["metadata"]["name"]
+
+    def apply_desired(
+        self, key: Key, root: str, owned: dict[str, Key], rsp: fnv1.RunFunctionResponse
+    ) -> None:
+        desired = set(rsp.desired.resources.keys())
+        for name in sorted(desired):
+            obj = StructView(rsp.desired.resources[name].resource).to_dict()
+            self.apply_composed(key, root, name, obj)
+        for name in sorted(set(owned) - desired):
+            child = owned.pop(name)
+            self.rbac.check(self._api_version(child), child.kind, "delete", child.namespace)
+            self.delete(child)
+
+    def apply_composed(self, owner: Key, root: str, name: str, desired: dict[str, Any]) -> None:
+        metadata = desired.setdefault("metadata", {})
+        if owner.namespace:  # a namespaced composite composes into its own namespace
+            metadata["namespace"] = owner.namespace
+        metadata.setdefault("labels", {})[COMPOSITE] = root
+        metadata.setdefault("annotations", {})[RESOURCE_NAME] = name
+        for verb in COMPOSE_VERBS:
+            self.rbac.check(
+                desired["apiVersion"], desired["kind"], verb, metadata.get("namespace", "")
+            )
+        key = Key.of(desired)
+        self.owned[owner][name] = key
+        existing = self.api.get(key.kind, key.name, key.namespace)
+        previous, applied = self.applied.get(key, {}), copy.deepcopy(desired)
+        if existing is not None:  # server-side apply: other managers' fields stay
+            desired = _server_side_apply(existing, previous, desired)
+        self.api.apply(desired)
+        self.applied[key] = applied
+
+    def delete(self, key: Key) -> None:
+        """Delete an object and, as the garbage collector does, what it owns."""
+        self.api.delete(key.kind, key.name, key.namespace)
+        self.applied.pop(key, None)
+        for child in self.owned.pop(key, {}).values():
+            self.delete(child)
+
+    def unsynced(self, composite: dict[str, Any], message: str) -> None:
+        kube.set_conditions(composite, kube.condition("Synced", "False", "ReconcileError", message))
+        self.api.update_status(composite)
+
+    def _api_version(self, key: Key) -> str:
+        found = self.api.get(key.kind, key.name, key.namespace)
+        return found["apiVersion"] if found else ""
+
+
+def _fields(condition: Mapping[str, str]) -> dict[str, str]:
+    return {
+        "type_": condition["type"],
+        "status": condition["status"],
+        "reason": condition.get("reason", ""),
+        "message": condition.get("message", ""),
+    }
+
+
+def _server_side_apply(
+    existing: Mapping[str, Any], previous: Mapping[str, Any], desired: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Fields this manager applied before but not now go; the rest of `existing` stays."""
+    result = copy.deepcopy(dict(existing))
+    _drop(result, previous, desired)
+    _merge(result, {k: v for k, v in desired.items() if k != "status"})
+    return result
+
+
+def _drop(target: dict[str, Any], previous: Mapping[str, Any], desired: Mapping[str, Any]) -> None:
+    for key, value in previous.items():
+        if key not in desired:
+            target.pop(key, None)
+        elif (
+            isinstance(value, Mapping)
+            and isinstance(desired[key], Mapping)
+            and isinstance(target.get(key), dict)
+        ):
+            _drop(target[key], value, desired[key])
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    for key, value in patch.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _documents(directory: Path) -> list[dict[str, Any]]:
+    return [
+        doc
+        for path in sorted(directory.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]

@@ -1,0 +1,292 @@
+"""A device plugin's part: what a node advertises for its cards, and which devices a container
+gets (the kubelet's Allocate), with the device IDs the kubelet's pod-resources API reports.
+
+`GpustackPlugin` plays gpustack's own device plugin (reference §2.6, §4.3): whole cards
+`<base>`, ten ownership shares per card `<base>.shared`, logical slices `<base>.sliced` costed by
+`<base>.sliced.units` (1,600,000 per card), hardware partitions `<base>.partitioned` created on
+demand at a free placement of the requested profile; a card is held in one mode at a time.
+Device IDs: the card's UUID, `<UUID>::<n>` for a share, the MIG device's UUID for a partition.
+The plugin keeps its own books from the grants it made; it never reads the product's ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from functions.core import resources
+
+PER_CARD = 1_600_000  # the plugin's units per card (reference §4.1)
+SHARES = 10  # ownership shares per card
+SLICE_SLOTS = {"nvidia": 128, "iluvatar": 128, "ascend": 63, "cambricon": 16, "hygon": 4}
+DEFAULT_SLICE_SLOTS = 16
+VISIBILITY_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class Placement:
+    start: int
+    size: int
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+
+@dataclass(frozen=True)
+class Card:
+    """One card as the node's hardware reports it (`Devices.spec`, the simulated NVML)."""
+
+    uuid: str
+    index: int
+    manufacturer: str
+    memory_mib: int
+    healthy: bool
+    profiles: Mapping[str, tuple[Placement, ...]]  # MIG mode: offered profile → placements
+    partitions: tuple[tuple[str, Placement, str], ...] = ()  # existing (profile, placement, uuid)
+
+    @property
+    def mig(self) -> bool:
+        return bool(self.profiles)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What Allocate gave one container for one resource."""
+
+    resource: str
+    device_ids: tuple[str, ...]
+    card: str
+    mode: str  # exclusive | shared | sliced | partitioned
+    units: int = 0
+    placement: Placement | None = None
+    profile: str = ""
+
+
+class DevicePlugin(Protocol):
+    def advertise(self, cards: list[Card]) -> dict[str, int]: ...
+
+    def allocate(
+        self, cards: list[Card], held: list[Grant], wanted: Mapping[str, int]
+    ) -> list[Grant] | str: ...
+
+
+def cards_of(devices: Mapping[str, Any] | None) -> list[Card]:
+    """The node's cards from its Devices object's hardware facts."""
+    cards = []
+    for vendor in ((devices or {}).get("spec") or {}).get("accelerators") or []:
+        for card in vendor.get("devices") or []:
+            mig = card.get("mig") or {}
+            profiles = {
+                p["name"]: tuple(
+                    Placement(x["start"], x["size"]) for x in p.get("placements") or []
+                )
+                for p in (mig.get("profiles") or [] if mig.get("enabled") else [])
+            }
+            partitions = tuple(
+                (
+                    p["profile"],
+                    Placement(p["placement"]["start"], p["placement"]["size"]),
+                    p.get("uuid", ""),
+                )
+                for p in mig.get("partitions") or []
+                if p.get("placement")
+            )
+            cards.append(
+                Card(
+                    uuid=card["uuid"],
+                    index=card.get("index", 0),
+                    manufacturer=vendor["manufacturer"],
+                    memory_mib=card.get("memoryMiB", 0),
+                    healthy=card.get("healthy", True),
+                    profiles=profiles,
+                    partitions=partitions,
+                )
+            )
+    return sorted(cards, key=lambda c: c.index)
+
+
+@dataclass
+class _Books:
+    """One card's use, from the grants on it."""
+
+    mode: str = ""
+    holders: int = 0
+    units: int = 0
+    occupied: list[Placement] = field(default_factory=list)
+
+
+class GpustackPlugin:
+    """gpustack's device plugin (the `gpustack` dialect)."""
+
+    def advertise(self, cards: list[Card]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for card in cards:
+            base = resources.base_of(card.manufacturer)
+            for key, amount in self._tokens(card, base).items():
+                found[key] = found.get(key, 0) + amount
+            found[resources.visibility_key(card.manufacturer)] = (
+                found.get(resources.visibility_key(card.manufacturer), 0) + VISIBILITY_TOKENS
+            )
+        return found
+
+    def _tokens(self, card: Card, base: str) -> dict[str, int]:
+        if card.mig:
+            tokens = {
+                base + resources.PARTITIONED: max(len(p) for p in card.profiles.values()),
+                base + resources.PARTITIONED_UNITS: PER_CARD,
+            }
+            for name, placements in card.profiles.items():
+                tokens[resources.partition_key(card.manufacturer, name)] = len(placements)
+            return tokens
+        if not card.healthy:
+            return {}
+        slots = SLICE_SLOTS.get(card.manufacturer, DEFAULT_SLICE_SLOTS)
+        return {
+            base: 1,
+            base + resources.SHARED: SHARES,
+            base + resources.SLICED: slots,
+            base + resources.SLICED_UNITS: PER_CARD,
+            base + resources.SLICED_MEMORY_PERCENTAGE: 100,
+            base + resources.SLICED_CORES_PERCENTAGE: slots * 100,
+            base + resources.SLICED_MEMORY_MIB: card.memory_mib,
+        }
+
+    def allocate(
+        self, cards: list[Card], held: list[Grant], wanted: Mapping[str, int]
+    ) -> list[Grant] | str:
+        """Grants for one container's requests of this plugin's resources; or why not."""
+        books = _books(held)
+        grants: list[Grant] = []
+        for card_base, suffixes in _requests_by_base(wanted, cards).items():
+            manufacturer, base = card_base
+            mine = [c for c in cards if c.manufacturer == manufacturer]
+            found = self._grant(mine, books, base, suffixes)
+            if isinstance(found, str):
+                return found
+            grants += found
+        return grants
+
+    def _grant(
+        self, cards: list[Card], books: dict[str, _Books], base: str, wanted: Mapping[str, int]
+    ) -> list[Grant] | str:
+        if wanted.get(resources.PARTITIONED):
+            return _partition(cards, books, base, wanted)
+        if wanted.get(resources.SLICED):
+            return _slice(cards, books, base, wanted.get(resources.SLICED_UNITS, 0))
+        if wanted.get(resources.SHARED):
+            return _shares(cards, books, base, wanted[resources.SHARED])
+        if wanted.get(""):
+            return _whole(cards, books, base, wanted[""])
+        return []
+
+
+def _requests_by_base(
+    wanted: Mapping[str, int], cards: Iterable[Card]
+) -> dict[tuple[str, str], dict[str, int]]:
+    """The container's accelerator requests by (manufacturer, base): suffix → amount."""
+    found: dict[tuple[str, str], dict[str, int]] = {}
+    for manufacturer in sorted({c.manufacturer for c in cards}):
+        base = resources.base_of(manufacturer)
+        for key, amount in wanted.items():
+            if key == base or key.startswith(base + "."):
+                found.setdefault((manufacturer, base), {})[key[len(base) :]] = amount
+    return found
+
+
+def _books(held: Iterable[Grant]) -> dict[str, _Books]:
+    books: dict[str, _Books] = {}
+    for grant in held:
+        book = books.setdefault(grant.card, _Books())
+        book.mode = grant.mode
+        book.holders += 1
+        book.units += grant.units
+        if grant.placement is not None:
+            book.occupied.append(grant.placement)
+    return books
+
+
+def _usable(card: Card, books: dict[str, _Books], mode: str) -> bool:
+    book = books.get(card.uuid, _Books())
+    return card.healthy and not card.mig and book.mode in ("", mode)
+
+
+def _whole(cards: list[Card], books: dict[str, _Books], base: str, count: int) -> list[Grant] | str:
+    free = [c for c in cards if _usable(c, books, "exclusive") and not books.get(c.uuid)]
+    if len(free) < count:
+        return f"{base}: {count} whole cards requested, {len(free)} free"
+    return [Grant(base, (c.uuid,), c.uuid, "exclusive") for c in free[:count]]
+
+
+def _shares(
+    cards: list[Card], books: dict[str, _Books], base: str, count: int
+) -> list[Grant] | str:
+    open_cards = [
+        c
+        for c in cards
+        if _usable(c, books, "shared") and books.get(c.uuid, _Books()).holders < SHARES
+    ]
+    if len(open_cards) < count:
+        return f"{base}{resources.SHARED}: a share on {count} distinct cards requested, {len(open_cards)} have one"
+    grants = []
+    for card in open_cards[:count]:
+        replica = books.get(card.uuid, _Books()).holders
+        grants.append(
+            Grant(base + resources.SHARED, (f"{card.uuid}::{replica}",), card.uuid, "shared")
+        )
+    return grants
+
+
+def _slice(cards: list[Card], books: dict[str, _Books], base: str, units: int) -> list[Grant] | str:
+    def free_units(card: Card) -> int:
+        return PER_CARD - books.get(card.uuid, _Books()).units
+
+    slots = SLICE_SLOTS
+    fitting = [
+        c
+        for c in cards
+        if _usable(c, books, "sliced")
+        and books.get(c.uuid, _Books()).holders < slots.get(c.manufacturer, DEFAULT_SLICE_SLOTS)
+        and 0 < units <= free_units(c)
+    ]
+    if not fitting:
+        return f"{base}{resources.SLICED}: no card has {units} units and a slice slot free"
+    card = min(fitting, key=lambda c: (free_units(c), c.index))  # the fullest that still fits
+    return [Grant(base + resources.SLICED, (card.uuid,), card.uuid, "sliced", units=units)]
+
+
+def _partition(
+    cards: list[Card], books: dict[str, _Books], base: str, wanted: Mapping[str, int]
+) -> list[Grant] | str:
+    prefix = resources.PARTITIONED + "."
+    profiles = [
+        s[len(prefix) :].split("-", 1)[1]
+        for s in wanted
+        if s.startswith(prefix) and s != resources.PARTITIONED_UNITS
+    ]
+    if len(profiles) != 1:
+        return (
+            f"{base}{resources.PARTITIONED}: exactly one profile must be requested, got {profiles}"
+        )
+    profile = profiles[0]
+    for card in cards:
+        if not card.healthy or profile not in card.profiles:
+            continue
+        taken = [p for _, p, _ in card.partitions] + books.get(card.uuid, _Books()).occupied
+        for placement in card.profiles[profile]:
+            if not any(placement.overlaps(t) for t in taken):
+                mig_uuid = f"MIG-{card.uuid.removeprefix('GPU-')}-{placement.start}-{profile}"
+                grant = Grant(
+                    base + resources.PARTITIONED,
+                    (mig_uuid,),
+                    card.uuid,
+                    "partitioned",
+                    units=wanted.get(resources.PARTITIONED_UNITS, 0),
+                    placement=placement,
+                    profile=profile,
+                )
+                return [grant]
+    return f"{base}{resources.PARTITIONED}: no card has a free placement of {profile}"
+
+
+PLUGINS: dict[str, DevicePlugin] = {"gpustack": GpustackPlugin()}

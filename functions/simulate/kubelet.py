@@ -1,0 +1,169 @@
+"""The kubelet's part: node status, starting bound Pods with their devices, pod-resources.
+
+- Node status: a node without a Ready condition gets one (the kubelet's heartbeat); its
+  allocatable is its capacity plus what the device plugin advertises for its cards.
+- A Pod bound to the node starts when the device plugin can allocate every container's
+  accelerator resources (Allocate); it runs and is Ready. When it cannot, the Pod fails with
+  `UnexpectedAdmissionError`, as the kubelet's device manager fails it.
+- The grants are the kubelet's checkpoint; `pod_resources(node)` answers the kubelet
+  pod-resources API (List) from them, which the node agent reads. A Pod that is gone, or has
+  finished, gives its devices back; a partition the plugin created is destroyed with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from functions.agent.podresources import ContainerDevices
+from functions.core import quantity
+from functions.simulate import kube
+from functions.simulate.client import Client
+from functions.simulate.deviceplugin import Card, DevicePlugin, Grant, cards_of
+
+Checkpoint = dict[str, dict[str, list[Grant]]]  # pod key → container → grants
+
+
+class Kubelet:
+    def __init__(self, api: Client, plugin: DevicePlugin):
+        self.api = api
+        self.plugin = plugin
+        self.checkpoint: Checkpoint = {}
+        self.nodes: dict[str, str] = {}  # pod key → node, for what the checkpoint holds
+        self.advertised: dict[str, dict[str, str]] = {}  # node → what the plugin put there
+
+    def run(self) -> None:
+        self.release_gone_pods()
+        for node in self.api.list("Node"):
+            self.report_node(node)
+        for pod in self.api.list("Pod"):
+            if kube.running(pod) and (pod.get("status") or {}).get("phase") != "Running":
+                self.start(pod)
+
+    def cards(self, node: str) -> list[Card]:
+        return cards_of(self.api.get("Devices", node))
+
+    def report_node(self, node: dict[str, Any]) -> None:
+        """The heartbeat, and the plugin's resources on top of the node's own (a resource the
+        plugin stops advertising stays at 0, as the kubelet leaves it)."""
+        name, status = node["metadata"]["name"], node.setdefault("status", {})
+        if not status.get("conditions"):
+            ready = kube.condition(
+                "Ready", "True", "KubeletReady", "kubelet is posting ready status"
+            )
+            kube.set_conditions(node, ready)
+        advertised = {k: str(v) for k, v in self.plugin.advertise(self.cards(name)).items()}
+        gone = dict.fromkeys(set(self.advertised.get(name, {})) - set(advertised), "0")
+        self.advertised[name] = advertised
+        capacity = status.get("capacity") or {}
+        allocatable = status.get("allocatable") or capacity
+        status["capacity"] = {**capacity, **gone, **advertised}
+        status["allocatable"] = {**allocatable, **gone, **advertised}
+        self.api.update_status(node)
+
+    def start(self, pod: dict[str, Any]) -> None:
+        node, key = pod["spec"]["nodeName"], kube.pod_key(pod)
+        cards = self.cards(node)
+        held = [
+            g
+            for k, containers in self.checkpoint.items()
+            if self.nodes.get(k) == node
+            for gs in containers.values()
+            for g in gs
+        ]
+        granted: dict[str, list[Grant]] = {}
+        for container in pod["spec"].get("containers") or []:
+            wanted = {
+                name: quantity.ceil(quantity.parse(value))
+                for name, value in ((container.get("resources") or {}).get("limits") or {}).items()
+            }
+            grants = self.plugin.allocate(cards, held, wanted)
+            if isinstance(grants, str):
+                return self.fail(pod, grants)
+            granted[container["name"]] = grants
+            held += grants
+        self.checkpoint[key], self.nodes[key] = granted, node
+        self.create_partitions(node, [g for gs in granted.values() for g in gs])
+        index = sorted(n["metadata"]["name"] for n in self.api.list("Node")).index(node) + 1
+        pod["status"] = {
+            "phase": "Running",
+            "conditions": [
+                kube.condition(t, "True")
+                for t in ("ContainersReady", "Initialized", "PodScheduled", "Ready")
+            ],
+            "hostIPs": [{"ip": f"10.0.0.{index}"}],
+            "podIPs": [{"ip": f"10.244.{index}.{len(self.checkpoint)}"}],
+        }
+        self.api.update_status(pod)
+
+    def fail(self, pod: dict[str, Any], why: str) -> None:
+        pod["status"] = {
+            "phase": "Failed",
+            "reason": "UnexpectedAdmissionError",
+            "message": f"Allocate failed due to {why}, which is unexpected",
+        }
+        self.api.update_status(pod)
+
+    def release_gone_pods(self) -> None:
+        live = {kube.pod_key(p): p for p in self.api.list("Pod")}
+        for key in sorted(self.checkpoint):
+            pod = live.get(key)
+            if pod is not None and kube.running(pod):
+                continue
+            grants = [g for gs in self.checkpoint.pop(key).values() for g in gs]
+            self.destroy_partitions(self.nodes.pop(key), grants)
+
+    def pod_resources(self, node: str) -> list[ContainerDevices]:
+        """The kubelet pod-resources API's List, for the Pods on `node`."""
+        found = []
+        for key, containers in sorted(self.checkpoint.items()):
+            if self.nodes.get(key) != node:
+                continue
+            namespace, name = key.split("/", 1)
+            for container, grants in sorted(containers.items()):
+                by_resource: dict[str, list[str]] = {}
+                for grant in grants:
+                    by_resource.setdefault(grant.resource, []).extend(grant.device_ids)
+                found += [
+                    ContainerDevices(f"{namespace}/{name}", container, resource, tuple(ids))
+                    for resource, ids in sorted(by_resource.items())
+                ]
+        return found
+
+    # --- MIG instances the plugin makes and unmakes (what NVML then reports) -------------------
+
+    def create_partitions(self, node: str, grants: list[Grant]) -> None:
+        made = [g for g in grants if g.placement is not None]
+        if made:
+            self._edit_partitions(node, made, add=True)
+
+    def destroy_partitions(self, node: str, grants: list[Grant]) -> None:
+        made = [g for g in grants if g.placement is not None]
+        if made:
+            self._edit_partitions(node, made, add=False)
+
+    def _edit_partitions(self, node: str, grants: list[Grant], add: bool) -> None:
+        devices = self.api.get("Devices", node)
+        if devices is None:
+            return
+        for vendor in devices["spec"].get("accelerators") or []:
+            for card in vendor.get("devices") or []:
+                mig = card.setdefault("mig", {})
+                partitions = [
+                    p
+                    for p in mig.get("partitions") or []
+                    if p.get("uuid") not in {g.device_ids[0] for g in grants}
+                ]
+                if add:
+                    partitions += [_partition(g) for g in grants if g.card == card["uuid"]]
+                if partitions or "partitions" in mig:
+                    mig["partitions"] = sorted(partitions, key=lambda p: p["placement"]["start"])
+        self.api.apply(devices)
+
+
+def _partition(grant: Grant) -> dict[str, Any]:
+    assert grant.placement is not None
+    return {
+        "profile": grant.profile,
+        "placement": {"start": grant.placement.start, "size": grant.placement.size},
+        "uuid": grant.device_ids[0],
+    }

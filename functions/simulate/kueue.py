@@ -1,0 +1,382 @@
+"""Kueue's part, played from what the package ships: the Kueue Configuration and the queues.
+
+- Pod integration: a Pod with a `kueue.x-k8s.io/queue-name` label is gated at creation
+  (`kueue.x-k8s.io/admission`) and gets a Workload.
+- Admission by quota: the Pod's requests go through the shipped Configuration's resource
+  transformations (KEP-2937: outputs × quantity; `Replace` drops the input, `Retain` keeps it;
+  an empty `Replace` ignores the input); then, group by group, the first flavor of the
+  ClusterQueue whose node labels and taints the Pod accepts (only the flavor's own label keys
+  count) and whose quota holds the request is assigned. With `IgnoreUndeclared` only covered
+  resources are checked. An admitted Pod is ungated and given the flavor's node labels and
+  tolerations.
+- Queues: a ClusterQueue is Active when every flavor it names exists and it is not stopped;
+  `HoldAndDrain` evicts its admitted workloads (a plain Pod is stopped by deleting it). Its
+  status reports reserving/admitted workloads and the reservation per flavor.
+
+It never calls the product's credit rule: the charge of a Pod is whatever the shipped
+transformations make of the Pod's actual container requests.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from functions.core import quantity
+from functions.simulate import kube
+from functions.simulate.client import Client
+
+GATE = "kueue.x-k8s.io/admission"
+QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+MANAGED = "kueue.x-k8s.io/managed"
+API = "kueue.x-k8s.io/v1beta2"
+POD_SET = "main"
+
+
+class Kueue:
+    def __init__(self, api: Client, configuration: Path):
+        self.api = api
+        resources = yaml.safe_load(configuration.read_text()).get("resources") or {}
+        self.transformations = {t["input"]: t for t in resources.get("transformations") or []}
+        self.ignore_undeclared = resources.get("quotaCheckStrategy") == "IgnoreUndeclared"
+        self.events: list[str] = []
+
+    def run(self) -> None:
+        self.activate_queues()
+        for pod in self.api.list("Pod"):
+            if QUEUE_NAME in kube.labels_of(pod):
+                self.gate(pod)
+        self.finish_workloads()
+        self.drain_stopped_queues()
+        for pod in self.api.list("Pod"):
+            if GATE in _gates(pod):
+                self.admit(pod)
+        self.report_usage()
+
+    # --- the pod integration -----------------------------------------------------------------
+
+    def gate(self, pod: dict[str, Any]) -> None:
+        """What Kueue's Pod webhook does at creation: gate it, mark it managed, give it a
+        Workload. (It runs before the scheduler sees the Pod, as the webhook would.)"""
+        labels = pod["metadata"].setdefault("labels", {})
+        if labels.get(MANAGED) == "true":
+            return
+        labels[MANAGED] = "true"
+        pod["spec"].setdefault("schedulingGates", []).append({"name": GATE})
+        pod = self.api.apply(pod)
+        pod.setdefault("status", {})["phase"] = "Pending"
+        kube.set_conditions(pod, kube.condition("PodScheduled", "False", "SchedulingGated"))
+        self.api.update_status(pod)
+        workload = workload_of(pod)
+        self.api.apply(workload)
+        workload["status"] = {"resourceRequests": resource_requests(self.requests(pod))}
+        self.api.update_status(workload)
+
+    def requests(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
+        """The Pod's requests as Kueue counts them: after the resource transformations."""
+        counted: dict[str, Fraction] = {}
+        for name, amount in kube.pod_requests(pod["spec"]).items():
+            transformation = self.transformations.get(name)
+            if transformation is None:
+                counted[name] = counted.get(name, Fraction(0)) + amount
+                continue
+            for output, factor in (transformation.get("outputs") or {}).items():
+                counted[output] = counted.get(output, Fraction(0)) + amount * quantity.parse(factor)
+            if transformation.get("strategy", "Retain") == "Retain":
+                counted[name] = counted.get(name, Fraction(0)) + amount
+        return counted
+
+    # --- admission ----------------------------------------------------------------------------
+
+    def admit(self, pod: dict[str, Any]) -> None:
+        workload = self.api.get("Workload", workload_name(pod), pod["metadata"]["namespace"])
+        if workload is None:
+            return
+        queue, why = self.cluster_queue(pod)
+        assigned = None
+        if queue is not None:
+            requests = {k: quantity.ceil(v) for k, v in self.requests(pod).items()}
+            assigned, why = self.assign(pod, queue, requests)
+        if queue is None or assigned is None:
+            kube.set_conditions(workload, kube.condition("QuotaReserved", "False", "Pending", why))
+            self.api.update_status(workload)
+            return
+        name = queue["metadata"]["name"]
+        usage = {r: quantity.format_decimal(requests[r]) for r in assigned}
+        workload["status"]["admission"] = {
+            "clusterQueue": name,
+            "podSetAssignments": [
+                {"name": POD_SET, "flavors": assigned, "resourceUsage": usage, "count": 1}
+            ],
+        }
+        kube.set_conditions(
+            workload,
+            kube.condition(
+                "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {name}"
+            ),
+            kube.condition("Admitted", "True", "Admitted", "The workload is admitted"),
+        )
+        self.api.update_status(workload)
+        self.ungate(
+            pod, [self.api.get("ResourceFlavor", f) for f in sorted(set(assigned.values()))]
+        )
+
+    def cluster_queue(self, pod: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        namespace, name = pod["metadata"]["namespace"], kube.labels_of(pod)[QUEUE_NAME]
+        local = self.api.get("LocalQueue", name, namespace)
+        if local is None:
+            return None, f"LocalQueue {name} doesn't exist"
+        queue = self.api.get("ClusterQueue", local["spec"]["clusterQueue"])
+        if queue is None or kube.condition_status(queue, "Active") != "True":
+            return None, f"ClusterQueue {local['spec']['clusterQueue']} is inactive"
+        return queue, ""
+
+    def assign(
+        self, pod: Mapping[str, Any], queue: Mapping[str, Any], requests: Mapping[str, int]
+    ) -> tuple[dict[str, str] | None, str]:
+        """A flavor per covered resource the Pod requests, group by group; or why not."""
+        assigned: dict[str, str] = {}
+        covered: set[str] = set()
+        for group in queue["spec"].get("resourceGroups") or []:
+            wanted = {r: requests[r] for r in group["coveredResources"] if requests.get(r)}
+            covered |= set(group["coveredResources"])
+            if not wanted:
+                continue
+            flavor, why = self.first_fitting(pod, queue, group, wanted)
+            if flavor is None:
+                return None, why
+            assigned |= dict.fromkeys(wanted, flavor)
+        undeclared = sorted(r for r, v in requests.items() if v and r not in covered)
+        if undeclared and not self.ignore_undeclared:
+            return (
+                None,
+                f"resources {undeclared} are not covered by ClusterQueue {queue['metadata']['name']}",
+            )
+        return assigned, ""
+
+    def first_fitting(
+        self,
+        pod: Mapping[str, Any],
+        queue: Mapping[str, Any],
+        group: Mapping[str, Any],
+        wanted: Mapping[str, int],
+    ) -> tuple[str | None, str]:
+        reasons = []
+        used = self.usage(queue["metadata"]["name"])
+        for entry in group["flavors"]:
+            flavor = self.api.get("ResourceFlavor", entry["name"])
+            if flavor is None:
+                reasons.append(f"flavor {entry['name']} not found")
+                continue
+            mismatch = _mismatch(pod, flavor)
+            if mismatch:
+                reasons.append(mismatch)
+                continue
+            quota = {r["name"]: quantity.parse(r["nominalQuota"]) for r in entry["resources"]}
+            short = [
+                f"insufficient unused quota for {r} in flavor {entry['name']}, {quantity.format_decimal(amount)} more needed"
+                for r, amount in wanted.items()
+                if used.get((entry["name"], r), 0) + amount > quota.get(r, 0)
+            ]
+            if not short:
+                return entry["name"], ""
+            reasons += short
+        return None, "couldn't assign flavors to pod set main: " + ", ".join(reasons)
+
+    def ungate(self, pod: dict[str, Any], flavors: list[Any]) -> None:
+        """Admitted: the gate goes, the flavor's node labels and tolerations come."""
+        spec = pod["spec"]
+        spec["schedulingGates"] = [g for g in spec.get("schedulingGates", []) if g["name"] != GATE]
+        if not spec["schedulingGates"]:
+            del spec["schedulingGates"]
+        for flavor in flavors:
+            spec.setdefault("nodeSelector", {}).update(flavor["spec"].get("nodeLabels") or {})
+            for toleration in flavor["spec"].get("tolerations") or []:
+                if toleration not in spec.setdefault("tolerations", []):
+                    spec["tolerations"].append(copy.deepcopy(toleration))
+        self.api.apply(pod)
+
+    # --- workloads and queues ---------------------------------------------------------------
+
+    def admitted(self) -> list[dict[str, Any]]:
+        return [w for w in self.api.list("Workload") if (w.get("status") or {}).get("admission")]
+
+    def usage(self, queue: str) -> dict[tuple[str, str], int]:
+        used: dict[tuple[str, str], int] = {}
+        for workload in self.admitted():
+            admission = workload["status"]["admission"]
+            if admission["clusterQueue"] != queue:
+                continue
+            for assignment in admission["podSetAssignments"]:
+                for resource, amount in assignment["resourceUsage"].items():
+                    key = (assignment["flavors"][resource], resource)
+                    used[key] = used.get(key, 0) + quantity.ceil(quantity.parse(amount))
+        return used
+
+    def finish_workloads(self) -> None:
+        """A Pod's Workload goes with the Pod (owner reference), or when it has finished."""
+        for workload in self.api.list("Workload"):
+            pod = self.api.get("Pod", _pod_name(workload), workload["metadata"]["namespace"])
+            if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                self.api.delete(
+                    "Workload", workload["metadata"]["name"], workload["metadata"]["namespace"]
+                )
+
+    def drain_stopped_queues(self) -> None:
+        """`HoldAndDrain`: every admitted workload is evicted, and its Pod stopped (deleted)."""
+        for queue in self.api.list("ClusterQueue"):
+            if queue["spec"].get("stopPolicy") != "HoldAndDrain":
+                continue
+            for workload in self.admitted():
+                if workload["status"]["admission"]["clusterQueue"] != queue["metadata"]["name"]:
+                    continue
+                pod = _pod_name(workload)
+                namespace = workload["metadata"]["namespace"]
+                self.events.append(
+                    f"Workload {namespace}/{workload['metadata']['name']} Evicted: "
+                    f"ClusterQueue {queue['metadata']['name']} is stopped; Pod {pod} deleted"
+                )
+                self.api.delete("Pod", pod, namespace)
+                self.api.delete("Workload", workload["metadata"]["name"], namespace)
+
+    def activate_queues(self) -> None:
+        flavors = {f["metadata"]["name"] for f in self.api.list("ResourceFlavor")}
+        for queue in self.api.list("ClusterQueue"):
+            named = [
+                f["name"]
+                for g in queue["spec"].get("resourceGroups", [])
+                for f in g.get("flavors", [])
+            ]
+            missing = [name for name in named if name not in flavors]
+            if missing:
+                active = kube.condition(
+                    "Active",
+                    "False",
+                    "FlavorNotFound",
+                    f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}",
+                )
+            elif queue["spec"].get("stopPolicy", "None") != "None":
+                active = kube.condition(
+                    "Active",
+                    "False",
+                    "Stopped",
+                    "Can't admit new workloads: the ClusterQueue is stopped",
+                )
+            else:
+                active = kube.condition("Active", "True", "Ready", "Can admit new workloads")
+            kube.set_conditions(queue, active)
+            self.api.update_status(queue)
+        queues = {q["metadata"]["name"] for q in self.api.list("ClusterQueue")}
+        for local in self.api.list("LocalQueue"):
+            there = local["spec"]["clusterQueue"] in queues
+            kube.set_conditions(
+                local,
+                kube.condition(
+                    "Active",
+                    "True" if there else "False",
+                    "Ready" if there else "ClusterQueueDoesNotExist",
+                ),
+            )
+            self.api.update_status(local)
+
+    def report_usage(self) -> None:
+        for queue in self.api.list("ClusterQueue"):
+            name = queue["metadata"]["name"]
+            used = self.usage(name)
+            admitted = sum(
+                1 for w in self.admitted() if w["status"]["admission"]["clusterQueue"] == name
+            )
+            pending = sum(
+                1
+                for w in self.api.list("Workload")
+                if w["spec"]["queueName"] in self.local_queue_names(name)
+                and not (w.get("status") or {}).get("admission")
+            )
+            reservation = [
+                {
+                    "name": entry["name"],
+                    "resources": [
+                        {
+                            "name": r,
+                            "total": quantity.format_decimal(used.get((entry["name"], r), 0)),
+                            "borrowed": "0",
+                        }
+                        for r in group["coveredResources"]
+                    ],
+                }
+                for group in queue["spec"].get("resourceGroups", [])
+                for entry in group["flavors"]
+            ]
+            status = queue.setdefault("status", {})
+            status |= {
+                "admittedWorkloads": admitted,
+                "reservingWorkloads": admitted,
+                "pendingWorkloads": pending,
+                "flavorsReservation": reservation,
+                "flavorsUsage": copy.deepcopy(reservation),
+            }
+            self.api.update_status(queue)
+
+    def local_queue_names(self, cluster_queue: str) -> set[str]:
+        return {
+            q["metadata"]["name"]
+            for q in self.api.list("LocalQueue")
+            if q["spec"]["clusterQueue"] == cluster_queue
+        }
+
+
+def workload_name(pod: Mapping[str, Any]) -> str:
+    return f"pod-{pod['metadata']['name']}"
+
+
+def workload_of(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The Workload Kueue's pod integration makes for a Pod: one pod set, the Pod's template."""
+    template = {k: v for k, v in pod["spec"].items() if k not in ("schedulingGates", "nodeName")}
+    return {
+        "apiVersion": API,
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(pod),
+            "namespace": pod["metadata"]["namespace"],
+            "labels": {"kueue.x-k8s.io/pod-name": pod["metadata"]["name"]},
+        },
+        "spec": {
+            "queueName": kube.labels_of(pod)[QUEUE_NAME],
+            "podSets": [
+                {"name": POD_SET, "count": 1, "template": {"spec": copy.deepcopy(template)}}
+            ],
+        },
+    }
+
+
+def resource_requests(requests: Mapping[str, Fraction]) -> list[dict[str, Any]]:
+    """`status.resourceRequests`: what Kueue counts for the pod set, after transformations."""
+    resources = {r: quantity.format_decimal(v) for r, v in sorted(requests.items()) if v}
+    return [{"name": POD_SET, "resources": resources}]
+
+
+def _pod_name(workload: Mapping[str, Any]) -> str:
+    return workload["metadata"]["labels"]["kueue.x-k8s.io/pod-name"]
+
+
+def _gates(pod: Mapping[str, Any]) -> list[str]:
+    return [g["name"] for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+
+
+def _mismatch(pod: Mapping[str, Any], flavor: Mapping[str, Any]) -> str:
+    """Why the Pod cannot take this flavor (its taints, its node labels); "" when it can."""
+    spec = flavor["spec"]
+    name = flavor["metadata"]["name"]
+    tolerations = [*(pod["spec"].get("tolerations") or []), *(spec.get("tolerations") or [])]
+    untolerated = kube.untolerated(tolerations, spec.get("nodeTaints") or [])
+    if untolerated:
+        return f"untolerated taint {untolerated[0]} in flavor {name}"
+    labels = spec.get("nodeLabels") or {}
+    if not kube.selects(pod["spec"], labels, keys=labels):
+        return f"flavor {name} doesn't match node affinity"
+    return ""

@@ -1,0 +1,94 @@
+"""kube-scheduler's part: bind each ungated Pod to a node that can take it, or say why none can.
+
+A node takes a Pod when it is Ready and schedulable, the Pod's nodeSelector and required node
+affinity accept its labels, the Pod tolerates its NoSchedule/NoExecute taints, and its
+allocatable — what the kubelet and the device plugins advertise — still holds the Pod's
+requests beside those of the Pods already bound there. Nodes are tried by name; the message of
+an unschedulable Pod counts the reasons as kube-scheduler's does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from functions.core import quantity
+from functions.simulate import kube
+from functions.simulate.client import Client
+
+UNREACHABLE = "node.kubernetes.io/unreachable"
+NOT_READY = "node.kubernetes.io/not-ready"
+
+
+class Scheduler:
+    def __init__(self, api: Client):
+        self.api = api
+
+    def run(self) -> None:
+        nodes = self.api.list("Node")
+        for pod in self.api.list("Pod"):
+            spec = pod["spec"]
+            if spec.get("nodeName") or spec.get("schedulingGates") or _deleting(pod):
+                continue
+            self.schedule(pod, nodes)
+
+    def schedule(self, pod: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
+        reasons: Counter[str] = Counter()
+        requests = kube.pod_requests(pod["spec"])
+        for node in nodes:
+            why = self.unfit(pod, requests, node)
+            if why is None:
+                pod["spec"]["nodeName"] = node["metadata"]["name"]
+                pod = self.api.apply(pod)
+                kube.set_conditions(pod, kube.condition("PodScheduled", "True"))
+                self.api.update_status(pod)
+                return
+            reasons[why] += 1
+        detail = ", ".join(f"{count} {why}" for why, count in sorted(reasons.items()))
+        message = (
+            f"0/{len(nodes)} nodes are available: {detail}."
+            if nodes
+            else "no nodes available to schedule pods"
+        )
+        kube.set_conditions(pod, kube.condition("PodScheduled", "False", "Unschedulable", message))
+        pod.setdefault("status", {})["phase"] = "Pending"
+        self.api.update_status(pod)
+
+    def unfit(
+        self, pod: Mapping[str, Any], requests: Mapping[str, Fraction], node: Mapping[str, Any]
+    ) -> str | None:
+        """Why this node cannot take the Pod, worded as kube-scheduler words it; None if it can."""
+        if kube.condition_status(node, "Ready") != "True":
+            return "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
+        if (node.get("spec") or {}).get("unschedulable"):
+            return "node(s) were unschedulable"
+        if not kube.selects(pod["spec"], kube.labels_of(node)):
+            return "node(s) didn't match Pod's node affinity/selector"
+        taints = kube.untolerated(
+            pod["spec"].get("tolerations") or [], (node.get("spec") or {}).get("taints") or []
+        )
+        if taints:
+            return f"node(s) had untolerated taint {{{taints[0]['key']}: {taints[0].get('value', '')}}}"
+        free = self.free(node)
+        for name, amount in sorted(requests.items()):
+            if amount > free.get(name, Fraction(0)):
+                return f"Insufficient {name}"
+        return None
+
+    def free(self, node: Mapping[str, Any]) -> dict[str, Fraction]:
+        """The node's allocatable less what the Pods bound to it request."""
+        allocatable = {
+            name: quantity.parse(value)
+            for name, value in ((node.get("status") or {}).get("allocatable") or {}).items()
+        }
+        for pod in self.api.list("Pod"):
+            if pod["spec"].get("nodeName") == node["metadata"]["name"] and kube.running(pod):
+                for name, amount in kube.pod_requests(pod["spec"]).items():
+                    allocatable[name] = allocatable.get(name, Fraction(0)) - amount
+        return allocatable
+
+
+def _deleting(obj: Mapping[str, Any]) -> bool:
+    return "deletionTimestamp" in (obj.get("metadata") or {})

@@ -1,0 +1,129 @@
+"""Kueue charges exactly the core's credits, reading only the Kueue configuration we ship.
+
+The simulated Kueue applies the shipped file's resource transformations to a Pod's container
+requests (Kueue's own semantics); the Pods are the instance handler's, sized by `plan`. So
+these tests hold the shipped configuration, the resource keys and the credit rule to each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from functions.core import mig
+from functions.core.modes import Mode
+from functions.core.quantity import GIB
+from functions.core.requests import InstanceTypeFacts, Plan, plan
+from functions.simulate.apiserver import ApiServer
+from functions.simulate.client import Client
+from functions.simulate.kueue import Kueue
+from functions.simulate.store import Store
+from tests.support.schemas import ROOT
+from tools import kueue as kueue_tool
+
+SHIPPED = ROOT / "compositions" / "kueue" / "configuration.yaml"
+ALL_MODES = frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED})
+
+
+def test_the_shipped_configuration_is_what_make_kueue_writes():
+    assert SHIPPED.read_text() == kueue_tool.render()
+
+
+def facts(manufacturer: str, card_mib: int, product: str = "", cards: int = 8) -> InstanceTypeFacts:
+    return InstanceTypeFacts(
+        name=f"pool-{manufacturer}",
+        acceleratable=True,
+        unit_cpu=12,
+        unit_ram=192 * GIB,
+        local_storage=100 * GIB,
+        accelerator_group=f"{manufacturer}-card",
+        manufacturer=manufacturer,
+        card_memory_mib=card_mib,
+        modes=ALL_MODES,
+        profiles={p.name: p.memory_mib for p in mig.profiles_for(product)} if product else {},
+        largest_node_cards=cards,
+    )
+
+
+def pod_of(planned: Plan) -> dict:
+    return {
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {"requests": planned.requests, "limits": planned.limits},
+                }
+            ]
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def kueue() -> Kueue:
+    return Kueue(Client(ApiServer(Store())), SHIPPED)
+
+
+def charged(kueue: Kueue, planned: Plan, manufacturer: str) -> int:
+    counted = kueue.requests(pod_of(planned))
+    return int(counted.get(f"credits.gpustack.ai/{manufacturer}", 0))
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    resources: dict
+    credits: int
+    manufacturer: str = "nvidia"
+    card_mib: int = 24576
+
+
+CASES = [
+    Case("a whole card", {"accelerator": "1"}, 1_600_000),
+    Case("two whole cards", {"accelerator": "2"}, 3_200_000),
+    Case("one share", {"acceleratorShared": 1}, 160_000),
+    Case("a share on each of two cards", {"acceleratorShared": 2}, 320_000),
+    Case("the sliced demo's 20 %", {"acceleratorSlicedMemoryPercentage": 20}, 320_000),
+    Case("a 7 % slice", {"acceleratorSlicedMemoryPercentage": 7}, 112_000),
+    Case("a whole Ascend NPU", {"accelerator": "1"}, 1_600_000, "ascend"),
+    Case("an AMD share", {"acceleratorShared": 3}, 480_000, "amd"),
+    Case("a MetaX slice", {"acceleratorSlicedMemoryPercentage": 50}, 800_000, "metax"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_kueue_charges_what_the_credit_rule_says(kueue, case):
+    planned = plan(case.resources, facts(case.manufacturer, case.card_mib))
+    assert isinstance(planned, Plan)
+    assert planned.credits == case.credits
+    assert charged(kueue, planned, case.manufacturer) == case.credits
+
+
+PARTITIONS = [
+    (product, profile.name, card_mib)
+    for product, card_mib in (
+        ("NVIDIA A100-SXM4-40GB", 40960),
+        ("NVIDIA A100-SXM4-80GB", 81920),
+        ("NVIDIA H100 80GB HBM3", 81559),
+        ("NVIDIA H200", 143771),
+        ("NVIDIA A30", 24576),
+    )
+    for profile in mig.profiles_for(product)
+]
+
+
+@pytest.mark.parametrize(("product", "profile", "card_mib"), PARTITIONS)
+def test_kueue_charges_every_partition_profile_what_the_credit_rule_says(
+    kueue, product, profile, card_mib
+):
+    planned = plan({"acceleratorPartitionedProfile": profile}, facts("nvidia", card_mib, product))
+    assert isinstance(planned, Plan)
+    assert planned.claim.mode is Mode.PARTITIONED and planned.credits > 0
+    assert charged(kueue, planned, "nvidia") == planned.credits
+
+
+def test_only_credits_and_the_host_resources_reach_the_quota(kueue):
+    planned = plan({"acceleratorSlicedMemoryPercentage": 20}, facts("nvidia", 24576))
+    counted = kueue.requests(pod_of(planned))
+    assert set(counted) == {"cpu", "memory", "ephemeral-storage", "credits.gpustack.ai/nvidia"}
