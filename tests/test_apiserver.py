@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from functions.simulate import validation
+from functions.simulate import schemas, validation
 from functions.simulate.apiserver import (
     ALREADY_EXISTS,
     BAD_REQUEST,
@@ -415,12 +415,12 @@ def test_a_json_patch_on_the_status_subresource():
 
 
 def test_without_upstream_schemas_upstream_kinds_pass_unvalidated_and_it_is_said_once():
-    api = ApiServer(Store(), validation.Schemas(None))
-    assert api.notices == [validation.SCHEMAS_MISSING]
+    api = ApiServer(Store(), schemas.Schemas(None))
+    assert api.notices == [schemas.SCHEMAS_MISSING]
     api.create(cluster_queue("cpu", "memory"))  # invalid, but nothing can judge it
     with pytest.raises(Refused):  # core kinds and our XRDs still are judged
         api.create(pod({"image": "busybox"}))
-    assert api.notices == [validation.SCHEMAS_MISSING]
+    assert api.notices == [schemas.SCHEMAS_MISSING]
 
 
 def test_a_kind_none_of_the_schemas_knows_is_stored_as_is():
@@ -458,7 +458,7 @@ def _rules(path) -> list[str]:
 
 # --- CEL features our schemas do not use yet ----------------------------------------------------
 
-WIDGET = validation.KindSchema(
+WIDGET = schemas.KindSchema(
     "Widget",
     "example.com",
     "widgets",

@@ -528,3 +528,40 @@ def test_a_legacy_claim_composes_the_pod_in_the_claims_namespace(world):
         pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpustack-fnv64-c4680bb149644f1c"
     )
     assert schemas.validate_xr(composite, legacy=True) == []
+
+
+def test_a_key_no_device_plugin_advertises_leaves_the_pod_pending(world):
+    """The scheduler fits Pods against what the device plugin advertises: no MIG card here."""
+    partition = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "wants-mig",
+            "namespace": "default",
+            "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "x",
+                    "resources": {
+                        "limits": {
+                            "nvidia.com/gpu.partitioned": "1",
+                            "nvidia.com/gpu.partitioned.mig-3g.40gb": "1",
+                            "nvidia.com/gpu.partitioned.units": "800k",
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    run(world, partition)
+    pod = world.get("Pod", "wants-mig", "default")
+    assert "nodeName" not in pod["spec"]
+    scheduled = condition(pod, "PodScheduled")
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
+    assert scheduled["message"] == (  # Kueue's flavor gave it node-a10g's labels
+        "0/4 nodes are available: 1 Insufficient nvidia.com/gpu.partitioned, "
+        "3 node(s) didn't match Pod's node affinity/selector."
+    )

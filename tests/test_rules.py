@@ -7,21 +7,24 @@ whole expected values.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import yaml
 
 from functions.core.modes import Claim, Mode
 from functions.core.quantity import GIB
 from functions.core.requests import InstanceTypeFacts, Plan, plan
 from functions.core.settings import Settings, SettingsError
-from functions.handlers import readiness
+from functions.handlers import instancetype, readiness
 from functions.handlers.base import Request
 from functions.handlers.instance import compose, pin
 from functions.handlers.instance.container import pod_phase
 from functions.handlers.instance.pod import PodInputs, render_pod
 from functions.views import DictView
+from tests.test_status import FIXTURES
 
 # --- a Pod's phase, mirrored into the Instance (reference §1.4) --------------------------------
 
@@ -405,3 +408,45 @@ def test_settings_keep_their_defaults_and_refuse_a_wrong_type_by_field():
     with pytest.raises(SettingsError) as error:
         Settings.from_spec({"systemNamespace": "Not_A_Label"})
     assert error.value.field == "spec.systemNamespace"
+
+
+# --- one unreadable Devices status never stops a pool -----------------------------------------------
+
+
+def test_an_unreadable_devices_status_is_skipped_and_named_while_the_pool_composes():
+    good = yaml.safe_load((FIXTURES / "devices-node-a10g-0.1.0.yaml").read_text())
+    broken = copy.deepcopy(good)
+    broken["metadata"]["name"] = "node-a10g-2"
+    broken["status"]["summary"]["groups"][0]["counts"] = [1, 1, "many"]
+    pool = {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "InstanceType",
+        "metadata": {"name": "gpustack--nvidia-a10g-linux-amd64"},
+        "spec": {
+            "acceleratable": True,
+            "acceleratorGroup": "nvidia-a10g",
+            "os": "linux",
+            "arch": "amd64",
+            "unitResources": {"cpu": "8", "ram": "64Gi"},
+        },
+    }
+    request = Request.of(
+        pool, required={"catalog": [], "devices": [good, broken], "namespaces": []}
+    )
+    desired = instancetype.compose(request)
+    assert [(r.severity.value, r.reason, r.message) for r in desired.results] == [
+        (
+            "Warning",
+            "UnreadableObject",
+            "Devices node-a10g-2: status.summary.groups[0].counts[2]: must be a whole number, "
+            "got 'many'; it is left out until it is fixed",
+        )
+    ]
+    readable = next(c for c in desired.conditions if c.type == "InputsReadable")
+    assert (readable.status, readable.message) == (
+        False,
+        "left out unreadable Devices: node-a10g-2 (see the Warning events)",
+    )
+    # The pool composes from the node it can read: node-a10g's 20 % slice.
+    assert "clusterqueue" in desired.resources
+    assert desired.status["display"]["accelerator"] == "0/0 0/0 80/80 0/0"

@@ -19,8 +19,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from functions.simulate.schemas import KindSchema, Schemas
 from functions.simulate.store import Key, Store
-from functions.simulate.validation import FieldError, KindSchema, Schemas, check, json_equal
+from functions.simulate.validation import FieldError, check, json_equal
 
 # The API server's status reasons for a refused write.
 INVALID = "Invalid"

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from functions.simulate import schemas as simulated
 from functions.simulate import validation
-from functions.simulate.validation import ROOT, documents, schema_dir, xrd_crd_schema
+from functions.simulate.schemas import ROOT, documents, schema_dir, xrd_crd_schema
 
 __all__ = [
     "ROOT",
@@ -50,8 +51,8 @@ def yaml_files(*roots: str) -> Iterator[Path]:
 
 
 @functools.cache
-def _cluster(legacy: bool) -> validation.Schemas:
-    return validation.Schemas(schema_dir(), legacy=legacy)
+def _cluster(legacy: bool) -> simulated.Schemas:
+    return simulated.Schemas(schema_dir(), legacy=legacy)
 
 
 def errors_of(obj: dict, old: dict | None = None, *, legacy: bool = False) -> list[str]:
