@@ -282,7 +282,7 @@ class PoolViews:
     accelerators: AcceleratorViews
     cpu: View
     nodes: tuple[str, ...]
-    largest_node_cards: int = 0  # the whole-card request bound
+    largest_node_cards: int = 0  # the whole-card request bound: unpartitioned cards on one node
     largest_node_cores: int = 0  # the CPU request bound of a CPU pool
 
 
@@ -298,7 +298,9 @@ def pool_views(
     node_names = tuple(n.node for n in covered)
     if pool.a_key is not None:  # pool.acceleratable, spelled so the type checker narrows a_key
         summaries = [n.groups[pool.a_key] for n in covered if pool.a_key in n.groups]
-        largest = max((n.group_cards[pool.a_key] for n in covered), default=0)
+        # A MIG-mode card serves partitions only: the whole-card (and shared) request bound
+        # counts the cards that can take a whole-card request, never every card of the model.
+        largest = max((summary.cards for summary in summaries), default=0)
         return PoolViews(accelerator_views(summaries, draining), View(), node_names, largest)
     cpu = View() if draining else cpu_view((n.cpu_cores for n in covered), reserved_cpu)
     largest = max((n.cpu_cores for n in covered), default=0)
