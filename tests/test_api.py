@@ -17,7 +17,7 @@ from tools import legacy
 
 API_FILES = [p for p in schemas.yaml_files("package", "compositions")]
 # Scenario files drive `gpustack-fn simulate`; every other example file holds API objects.
-EXAMPLES = [p for p in schemas.yaml_files("examples") if p.name != "scenario.yaml"]
+EXAMPLES = [p for p in schemas.yaml_files("examples") if not p.name.startswith("scenario")]
 
 
 def _id(path: Path) -> str:

@@ -22,12 +22,15 @@ from functions.simulate.store import Store
 from tests.support.schemas import ROOT
 from tools import kueue as kueue_tool
 
-SHIPPED = ROOT / "compositions" / "kueue" / "configuration.yaml"
+SHIPPED = ROOT / "compositions" / "kueue"
 ALL_MODES = frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED})
 
 
-def test_the_shipped_configuration_is_what_make_kueue_writes():
-    assert SHIPPED.read_text() == kueue_tool.render()
+def test_the_shipped_configurations_are_what_make_kueue_writes():
+    written = kueue_tool.render()
+    assert sorted(p.name for p in written) == ["gpustack.yaml", "hami.yaml", "nvidia.yaml"]
+    for path, text in written.items():
+        assert path.read_text() == text, f"{path.name} is stale: run `make kueue`"
 
 
 def facts(manufacturer: str, card_mib: int, product: str = "", cards: int = 8) -> InstanceTypeFacts:
@@ -41,7 +44,10 @@ def facts(manufacturer: str, card_mib: int, product: str = "", cards: int = 8) -
         manufacturer=manufacturer,
         card_memory_mib=card_mib,
         modes=ALL_MODES,
-        profiles={p.name: p.memory_mib for p in mig.profiles_for(product)} if product else {},
+        profiles={p.name: p.memory_mib for p in mig.profiles_for(product)},
+        profile_credits={
+            p.name: mig.units(p, mig.profiles_for(product)) for p in mig.profiles_for(product)
+        },
         largest_node_cards=cards,
     )
 

@@ -49,7 +49,18 @@ def test_credit_vectors():
     assert slice_units_by_percent(20) == 320_000
     assert slice_units_by_mib(12288, 24576) == 800_000
     assert slice_units_by_mib(4096, 24576) == 266_666
-    assert partition_units(40960, 81920) == 800_000
+    assert partition_units(4, 8) == 800_000  # 3g.40gb: 4 of 8 memory slices, as 40960 of 81920 MiB
+    h100 = mig.profiles_for("NVIDIA H100 80GB HBM3")
+    assert {p.name: mig.units(p, h100) for p in h100} == {
+        "1g.10gb": 200_000,
+        "1g.20gb": 400_000,
+        "2g.20gb": 400_000,
+        "3g.40gb": 800_000,
+        "4g.40gb": 800_000,
+        "7g.80gb": 1_600_000,
+    }
+    a30 = mig.profiles_for("NVIDIA A30")
+    assert [mig.units(p, a30) for p in a30] == [400_000, 800_000, 1_600_000]
 
 
 def test_a_fresh_card_is_free_and_whole():
@@ -89,7 +100,7 @@ def test_a_mig_card_serves_only_partitions():
     with pytest.raises(AllocationRefused, match="serves only partitions"):
         card.allocate(alloc(EXCLUSIVE))
     card = card.allocate(alloc(PARTITIONED, profile="3g.40gb", placement=Placement(4, 4)))
-    assert card.remaining == D - partition_units(40448, 81920)
+    assert card.remaining == D - 800_000
     assert card.remaining_profiles()["3g.40gb"] == 1
 
 

@@ -33,6 +33,7 @@ H100_MIG = InstanceTypeFacts(
     card_memory_mib=81920,
     modes=frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.PARTITIONED}),
     profiles={"1g.10gb": 9984, "3g.40gb": 40960, "7g.80gb": 81152},
+    profile_credits={"1g.10gb": 200_000, "3g.40gb": 800_000, "7g.80gb": 1_600_000},
     largest_node_cards=8,
 )
 GENERIC = InstanceTypeFacts(

@@ -143,6 +143,7 @@ def test_an_instance_type_status_written_by_release_0_1_0_offers_what_it_did():
     h100 = type_status.read(fixture("instancetype-h100-mig-0.1.0.yaml"))
     assert h100.modes == {Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED}
     assert h100.profiles["3g.40gb"] == 40448 and h100.card_memory_mib == 81559
+    assert h100.profile_credits["3g.40gb"] == 800_000  # priced by the core's table
 
 
 def test_this_releases_instance_type_status_reads_the_same_as_0_1_0s():
@@ -157,8 +158,12 @@ def test_this_releases_instance_type_status_reads_the_same_as_0_1_0s():
             "cardMemoryMiB": 81559,
             "modes": ["Exclusive", "Shared", "Sliced", "Partitioned"],
             "profiles": [
-                {"name": p["name"], "memoryMiB": p["memoryMiB"]}
-                for p in old["status"]["detail"]["slicedDetail"]["physical"]["profiles"]
+                {"name": p["name"], "memoryMiB": p["memoryMiB"], "credits": credits}
+                for p, credits in zip(
+                    old["status"]["detail"]["slicedDetail"]["physical"]["profiles"],
+                    (200_000, 400_000, 400_000, 800_000, 800_000, 1_600_000),
+                    strict=True,
+                )
             ],
             "largestNodeCards": 8,
             "largestNodeCores": 0,

@@ -1,9 +1,11 @@
 """What the node really handed out: the kubelet's device assignments joined with the Pods.
 
 The kubelet says which device ids each container holds; the Pod says how much of each card it
-asked for (a slice's percentages, a share, a whole card). A MIG device id resolves to its
-parent card and placement. An id the agent cannot resolve is still reported, so the ledger
-flags it instead of hiding it.
+asked for (a slice's percentages, a share, a whole card), in whichever device plugin's dialect
+wrote it (core/dialects.py). A MIG device id resolves to its parent card and placement, a
+time-slicing replica (`GPU-…::3`) to its card. HAMi's ids name no card at all: its scheduler
+writes the cards it chose on the Pod (`hami.io/vgpu-devices-allocated`), and those are read
+instead. An id the agent cannot resolve is still reported, so the ledger flags it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from functions.agent.podresources import ContainerDevices
-from functions.core import resources
+from functions.core import dialects
 from functions.core.modes import NO_CLAIM, Claim, Mode
 
 TERMINATED = ("Succeeded", "Failed")
@@ -21,11 +23,11 @@ TERMINATED = ("Succeeded", "Failed")
 def claim_of(resource: str, count: int, limits: Mapping[str, Any]) -> Claim:
     """What the container was given `resource` for: the claim its Pod's keys encode, when they
     agree with the resource the kubelet names; else what the resource name alone says."""
-    named = resources.decode({resource: str(count)})
-    full = resources.decode(limits)
+    named = dialects.decode_any({resource: str(count)})
+    full = dialects.decode_any(limits)
     if named is None:
         return NO_CLAIM
-    if full is not None and full[1].mode is named[1].mode:
+    if full is not None and (full[1].mode is named[1].mode or dialects.is_vgpu(resource, limits)):
         return full[1]
     return named[1]
 
@@ -52,21 +54,18 @@ def allocations(
     }
     rows: dict[tuple, dict[str, Any]] = {}
     for entry in assigned:
-        if resources.split(entry.resource) is None:
-            continue  # not an accelerator family (the SSH sidecar's visibility token, CPUs, ...)
         pod = pods.get(entry.pod)
         phase = ((pod or {}).get("status") or {}).get("phase", "")
         claim = claim_of(entry.resource, len(entry.device_ids), _limits(pod, entry.container))
         if claim.mode is Mode.NONE:
-            continue  # a counter resource (`.units`, `.memory-percentage`): no device of its own
-        for device_id in entry.device_ids:
-            device = device_id.split("::", 1)[0]  # time-sliced replicas: GPU-…::3
+            continue  # a counter (`.units`), another resource, or no accelerator at all
+        uid = ((pod or {}).get("metadata") or {}).get("uid")
+        for device_id in _device_ids(entry, pod):
             row: dict[str, Any] = {"pod": entry.pod, "container": entry.container}
-            uid = ((pod or {}).get("metadata") or {}).get("uid")
             if uid:
                 row["podUID"] = uid
-            if device in partitions:
-                parent, partition = partitions[device]
+            if device_id in partitions:
+                parent, partition = partitions[device_id]
                 row |= {
                     "device": parent,
                     "mode": Mode.PARTITIONED.title,
@@ -76,9 +75,25 @@ def allocations(
             elif phase in TERMINATED:
                 continue  # whole, shared and sliced cards are released with the Pod's end
             else:
-                row |= {"device": device, **_size(claim)}
-            rows[(row["pod"], row["container"], row["device"], row["mode"])] = row
+                row |= {"device": dialects.card_of(device_id), **_size(claim)}
+            # Keyed by the id, so two replicas of one card are two shares of it.
+            rows[(row["pod"], row["container"], device_id, row["mode"])] = row
     return [rows[key] for key in sorted(rows)]
+
+
+def _device_ids(entry: ContainerDevices, pod: Mapping[str, Any] | None) -> list[str]:
+    """The ids the container's devices are known by: the kubelet's, or for a HAMi vGPU the
+    cards HAMi's scheduler wrote on the Pod for this container."""
+    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+    chosen = annotations.get(dialects.HAMI_ALLOCATED)
+    if not chosen or entry.resource != dialects.GPU:
+        return list(entry.device_ids)
+    containers = [c.get("name") for c in ((pod or {}).get("spec") or {}).get("containers") or []]
+    per_container = dialects.hami_cards(chosen)
+    index = containers.index(entry.container) if entry.container in containers else -1
+    if not 0 <= index < len(per_container):
+        return list(entry.device_ids)  # reported as the kubelet has them: the ledger flags them
+    return [card for card, _, _ in per_container[index]]
 
 
 def _size(claim: Claim) -> dict[str, Any]:

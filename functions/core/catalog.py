@@ -26,7 +26,11 @@ class Cluster:
     @classmethod
     def of(cls, specs: Iterable[DevicesSpec], settings: Settings = DEFAULTS) -> Cluster:
         specs = tuple(sorted(specs, key=lambda spec: spec.node))
-        nodes = tuple(summarize_devices(spec, settings.node_management_manual) for spec in specs)
+        fixed = settings.dialect.fixed_partitions
+        nodes = tuple(
+            summarize_devices(spec, settings.node_management_manual, fixed_partitions=fixed)
+            for spec in specs
+        )
         return cls(specs, nodes)
 
     def pools(self, settings: Settings = DEFAULTS) -> list[PoolKey]:

@@ -18,6 +18,7 @@ from functions.core.devices import (
     Allocation,
     DevicesSpec,
     MigProfile,
+    Partition,
     Placement,
 )
 from functions.core.modes import (
@@ -26,7 +27,6 @@ from functions.core.modes import (
     SHARES_PER_CARD,
     D,
     Mode,
-    partition_units,
     slice_units_by_mib,
     slice_units_by_percent,
 )
@@ -56,12 +56,20 @@ class CardLedger:
     remaining: int = D
     holders: int = 0  # Shared holders or Sliced slices
     occupied: tuple[tuple[str, Placement], ...] = ()
+    # The existing partitions a partition must be one of, when the device plugin serves MIG
+    # devices made ahead of time (the GPU Operator's); None: partitions are made on demand.
+    fixed: tuple[Partition, ...] | None = None
 
     @classmethod
-    def for_card(cls, card: Accelerator, manufacturer: str) -> CardLedger:
+    def for_card(
+        cls, card: Accelerator, manufacturer: str, fixed_partitions: bool = False
+    ) -> CardLedger:
         slots = 0 if card.partitioned else slice_slots(manufacturer)
         profiles = card.profiles if card.partitioned else ()
-        return cls(card.uuid, card.index, card.memory_mib, card.healthy, slots, profiles)
+        fixed = card.partitions if fixed_partitions and card.partitioned else None
+        return cls(
+            card.uuid, card.index, card.memory_mib, card.healthy, slots, profiles, fixed=fixed
+        )
 
     @property
     def partitioned(self) -> bool:
@@ -138,9 +146,11 @@ class CardLedger:
         placement = allocation.placement or self._first_free(profile)
         if placement not in profile.placements:
             raise AllocationRefused(f"{placement} is not a legal placement of {profile.name}")
+        if self.fixed is not None and Partition(profile.name, placement) not in self.fixed:
+            raise AllocationRefused(f"accelerator {self.id} has no {profile.name} at {placement}")
         if not mig.is_free(placement, (taken for _, taken in self.occupied)):
             raise AllocationRefused(f"{placement} of {profile.name} overlaps a partition")
-        units = partition_units(profile.memory_mib, self.memory_mib)
+        units = mig.units(profile, self.profiles)
         if units > self.remaining:
             raise AllocationRefused(f"accelerator {self.id} has no credits left for {profile.name}")
         return replace(
@@ -153,13 +163,28 @@ class CardLedger:
 
     def _first_free(self, profile: MigProfile) -> Placement:
         taken = [placement for _, placement in self.occupied]
-        for placement in profile.placements:
+        for placement in self._placements(profile):
             if mig.is_free(placement, taken):
                 return placement
         raise AllocationRefused(f"no free placement of {profile.name} on accelerator {self.id}")
 
+    def _placements(self, profile: MigProfile) -> tuple[Placement, ...]:
+        if self.fixed is None:
+            return profile.placements
+        return tuple(p.placement for p in self.fixed if p.profile == profile.name)
+
     def remaining_profiles(self) -> dict[str, int]:
-        return mig.remaining_profiles(self.profiles, (p for _, p in self.occupied))
+        """Per offered profile, how many more instances fit: free legal placements, or (fixed
+        partitions) the existing instances of it no allocation holds."""
+        taken = tuple(placement for _, placement in self.occupied)
+        if self.fixed is None:
+            return mig.remaining_profiles(self.profiles, taken)
+        return {
+            profile.name: sum(
+                1 for p in self.fixed if p.profile == profile.name and p.placement not in taken
+            )
+            for profile in self.profiles
+        }
 
     def allocated_profiles(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -211,12 +236,15 @@ class NodeLedger:
     conflicts: tuple[Conflict, ...] = ()
 
 
-def build_ledger(spec: DevicesSpec) -> NodeLedger:
-    """Seed every card free, then apply the node's observed allocations in order."""
+def build_ledger(spec: DevicesSpec, fixed_partitions: bool = False) -> NodeLedger:
+    """Seed every card free, then apply the node's observed allocations in order.
+
+    `fixed_partitions`: the device plugin serves only the MIG devices that exist (the GPU
+    Operator's), so a MIG card offers its free existing instances, not its free placements."""
     cards: dict[str, CardLedger] = {}
     for group in spec.groups:
         for device in group.devices:
-            cards[device.uuid] = CardLedger.for_card(device, group.manufacturer)
+            cards[device.uuid] = CardLedger.for_card(device, group.manufacturer, fixed_partitions)
     conflicts: list[Conflict] = []
     for allocation in spec.allocations:
         card = cards.get(allocation.device)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from functions.core import names
 from functions.core.devices import MigProfile, Placement
+from functions.core.modes import D, partition_units
 
 
 def _profile(
@@ -102,3 +104,25 @@ def capacity(profiles: Iterable[MigProfile]) -> int:
 
 def largest_remaining(remaining: Mapping[str, int]) -> int:
     return max(remaining.values(), default=0)
+
+
+def card_slices(profiles: Iterable[MigProfile]) -> int:
+    """How many memory slices the card is carved in (8 on A100/H100/H200, 4 on A30)."""
+    return max((p.end for profile in profiles for p in profile.placements), default=0)
+
+
+def units(profile: MigProfile, profiles: Iterable[MigProfile]) -> int:
+    """What one instance of `profile` costs on a card offering `profiles` (3g.40gb: D/2)."""
+    return partition_units(profile.memory_slices, card_slices(profiles))
+
+
+def unpriced_units(product: str, profile: str, profile_mib: int, card_mib: int) -> int:
+    """The price of a profile a status written before prices were published names (release
+    0.1.0): the table's for a model it knows (by product name or its label value), else the
+    profile's share of the card's VRAM."""
+    for known, profiles in GEOMETRY.items():
+        if product in (known, names.label_value(known)):
+            found = next((p for p in profiles if p.name == profile), None)
+            if found is not None:
+                return units(found, profiles)
+    return profile_mib * D // card_mib if card_mib else 0

@@ -13,7 +13,10 @@ simulator — uses these two types; nothing else spells a mode.
 | PARTITIONED | a hardware (MIG) partition of one card          | its units                        |
 
 Units are already credits (reference §4.1): a slice of p % costs p × D/100, a slice of m MiB
-costs floor(m × D / card MiB), a partition costs what a slice of the same VRAM costs.
+costs floor(m × D / card MiB). A partition costs its share of the card's memory slices
+(a 3g.40gb holds 4 of 8: D/2) — the reference's 40960-of-81920 figure, but one price per profile
+on every card of a model, which a device plugin's per-profile resource name needs to be charged
+exactly (docs/accounting.md, "Partition credits").
 """
 
 from __future__ import annotations
@@ -64,9 +67,9 @@ def slice_units_by_mib(memory_mib: int, card_mib: int) -> int:
     return memory_mib * D // card_mib if card_mib else 0
 
 
-def partition_units(profile_mib: int, card_mib: int) -> int:
-    """A partition costs what a slice of the same VRAM costs (40960 of 81920 → 800,000)."""
-    return profile_mib * D // card_mib if card_mib else 0
+def partition_units(profile_slices: int, card_slices: int) -> int:
+    """A partition costs its share of the card's memory slices (4 of 8 → 800,000)."""
+    return profile_slices * D // card_slices if card_slices else 0
 
 
 @dataclass(frozen=True)
@@ -95,14 +98,15 @@ class Claim:
             return self.cards * SHARE
         return self.units  # a slice or a partition; nothing for NONE
 
-    def sized(self, card_mib: int, profile_mib: int = 0) -> Claim:
-        """This claim with the units of its slice or partition on a card of `card_mib`."""
+    def sized(self, card_mib: int, profile_credits: int = 0) -> Claim:
+        """This claim with the units of its slice (on a card of `card_mib`) or its partition
+        (the profile's published credits)."""
         if self.mode is Mode.SLICED:
             if self.memory_percentage:
                 return replace(self, units=slice_units_by_percent(self.memory_percentage))
             return replace(self, units=slice_units_by_mib(self.memory_mib, card_mib))
         if self.mode is Mode.PARTITIONED:
-            return replace(self, units=partition_units(profile_mib, card_mib))
+            return replace(self, units=profile_credits)
         return self
 
 

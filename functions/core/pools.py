@@ -9,10 +9,10 @@ summaries; pools never walk cards.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from functions.core import names
+from functions.core import mig, names
 from functions.core.devices import AcceleratorGroup, Cpu, DevicesSpec
 from functions.core.ledger import (
     GroupSummary,
@@ -21,7 +21,7 @@ from functions.core.ledger import (
     slice_slots,
     summarize_node,
 )
-from functions.core.modes import SHARES_PER_CARD
+from functions.core.modes import SHARES_PER_CARD, Mode
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class ProfileFacts:
     name: str
     memory_mib: int
     count: int  # the most instances of it one card holds
+    credits: int  # what one instance costs (mig.units)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,12 @@ class GroupFacts:
 
     @classmethod
     def of(cls, group: AcceleratorGroup) -> GroupFacts:
-        profiles = {p.name: p for card in group.devices if card.partitioned for p in card.profiles}
+        profiles = {
+            p.name: (p, mig.units(p, card.profiles))
+            for card in group.devices
+            if card.partitioned
+            for p in card.profiles
+        }
         logical = any(not card.partitioned for card in group.devices)
         return cls(
             manufacturer=group.manufacturer,
@@ -61,9 +67,14 @@ class GroupFacts:
             runtime_version=group.runtime_version,
             slice_slots=slice_slots(group.manufacturer) if logical else 0,
             profiles=tuple(
-                ProfileFacts(p.name, p.memory_mib, p.max_count)
-                for p in sorted(
-                    profiles.values(), key=lambda p: (p.memory_slices, p.compute_slices, p.name)
+                ProfileFacts(p.name, p.memory_mib, p.max_count, credits)
+                for p, credits in sorted(
+                    profiles.values(),
+                    key=lambda found: (
+                        found[0].memory_slices,
+                        found[0].compute_slices,
+                        found[0].name,
+                    ),
                 )
             ),
         )
@@ -111,8 +122,12 @@ class NodeSummary:
 
 
 def summarize_devices(
-    spec: DevicesSpec, node_management_manual: bool = False, ledger: NodeLedger | None = None
+    spec: DevicesSpec,
+    node_management_manual: bool = False,
+    ledger: NodeLedger | None = None,
+    fixed_partitions: bool = False,
 ) -> NodeSummary:
+    """One node's summary; `fixed_partitions` as `build_ledger` reads it."""
     return NodeSummary(
         node=spec.node,
         os=spec.os,
@@ -120,7 +135,7 @@ def summarize_devices(
         g_key=spec.g_key,
         managed=spec.is_managed(node_management_manual),
         cpu_cores=spec.cpu.cores,
-        groups=summarize_node(ledger or build_ledger(spec)),
+        groups=summarize_node(ledger or build_ledger(spec, fixed_partitions)),
         load_details=lambda: ({group.key: GroupFacts.of(group) for group in spec.groups}, spec.cpu),
     )
 
@@ -220,6 +235,16 @@ class AcceleratorViews:
     shared: View = View()
     sliced: View = View()
     partitioned: PartitionView = PartitionView()
+
+    def offering(self, modes: Collection[Mode]) -> AcceleratorViews:
+        """These views with each mode the pool does not offer reading 0/0 (the cluster's
+        device plugin cannot express it), so no column shows what no Instance can take."""
+        return AcceleratorViews(
+            exclusive=self.exclusive if Mode.EXCLUSIVE in modes else View(),
+            shared=self.shared if Mode.SHARED in modes else View(),
+            sliced=self.sliced if Mode.SLICED in modes else View(),
+            partitioned=self.partitioned if Mode.PARTITIONED in modes else PartitionView(),
+        )
 
     @property
     def display(self) -> str:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from functions.core import quantity, reasons, resources
+from functions.core import dialects, quantity, reasons, resources
+from functions.core.dialects import DEFAULT, DIALECTS, Dialect
 from functions.core.modes import Claim, Mode
 from functions.core.quantity import GIB, MIB, QuantityError
 
@@ -56,6 +57,7 @@ class InstanceTypeFacts:
     card_memory_mib: int = 0
     modes: frozenset[Mode] = frozenset()  # the sharing modes the pool offers
     profiles: Mapping[str, int] = field(default_factory=dict)  # offered partition → MiB
+    profile_credits: Mapping[str, int] = field(default_factory=dict)  # offered partition → price
     largest_node_cards: int = 0
     largest_node_cores: int = 0
     cpu_capacity: int = 0
@@ -163,9 +165,13 @@ class Plan:
 
 
 def plan(
-    resources: Mapping[str, Any] | None, facts: InstanceTypeFacts, overcommit: bool = True
+    resources: Mapping[str, Any] | None,
+    facts: InstanceTypeFacts,
+    overcommit: bool = True,
+    dialect: Dialect = DIALECTS[DEFAULT],
 ) -> Plan | list[Refusal] | Wait:
-    """Validate, size and render an Instance's resources; refusals name the field."""
+    """Validate, size and render an Instance's resources for the cluster's device plugin
+    (`dialect`); refusals name the field."""
     request = ResourceRequest.from_spec(resources)
     if isinstance(request, Refusal):
         return [request]
@@ -174,17 +180,49 @@ def plan(
     # it waits (§5.1). Whole cards and shares are validated first, then wait to be keyed.
     if mode in (Mode.SLICED, Mode.PARTITIONED) and not facts.ready:
         return _not_ready(facts)
-    refusals = _validate_general(request, facts) + _VALIDATE[mode](request, facts)
+    if facts.ready and mode is not Mode.NONE and mode not in dialect.modes(facts.manufacturer):
+        return [_inexpressible(mode, facts, dialect)]
+    refusals = _validate_general(request, facts) + _VALIDATE[mode](request, facts, dialect)
     if refusals:
         return refusals
     if mode is not Mode.NONE and not facts.ready:
         return _not_ready(facts)
-    claim = request.claim(mode).sized(facts.card_memory_mib, facts.profiles.get(request.profile, 0))
+    claim = request.claim(mode).sized(
+        facts.card_memory_mib, facts.profile_credits.get(request.profile, 0)
+    )
+    if dialect.refusal(claim):
+        return [Refusal(_FIELDS[mode], dialect.refusal(claim), reasons.FORBIDDEN)]
     sized = _size(request, claim, facts, overcommit)
     refusals = _validate_caps(sized, facts)
     if refusals:
         return refusals
-    return _render(sized, facts, overcommit)
+    return _render(sized, facts, overcommit, dialect)
+
+
+# The field a request of each mode is asked with, which a refusal of the mode names.
+_FIELDS = {
+    Mode.EXCLUSIVE: f"{FIELD}.accelerator",
+    Mode.SHARED: f"{FIELD}.acceleratorShared",
+    Mode.SLICED: f"{FIELD}.acceleratorSlicedCoresPercentage",
+    Mode.PARTITIONED: f"{FIELD}.acceleratorPartitionedProfile",
+}
+_WHAT = {
+    Mode.EXCLUSIVE: "whole cards",
+    Mode.SHARED: "shares of a card",
+    Mode.SLICED: "a memory slice of a card",
+    Mode.PARTITIONED: "a hardware partition",
+}
+
+
+def _inexpressible(mode: Mode, facts: InstanceTypeFacts, dialect: Dialect) -> Refusal:
+    able = " or ".join(dialects.expressing(mode, facts.manufacturer)) or "none"
+    message = (
+        f"devicePlugin: {dialect.name} ({dialect.title}) cannot give {_WHAT[mode]} of "
+        f"instance type {facts.name}; the cluster's device plugin must be {able} "
+        "(the Catalog's spec.devicePlugin) for this request"
+    )
+    field = f"{FIELD}.acceleratorSlicedMemoryPercentage" if mode is Mode.SLICED else _FIELDS[mode]
+    return Refusal(field, message, reasons.FORBIDDEN)
 
 
 def _not_ready(facts: InstanceTypeFacts) -> Wait:
@@ -217,7 +255,9 @@ def _validate_general(request: ResourceRequest, facts: InstanceTypeFacts) -> lis
     return refusals
 
 
-def _validate_none(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
+def _validate_none(
+    request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
+) -> list[Refusal]:
     taken = (request.accelerator is not None and request.accelerator > 0) or request.shared
     if facts.acceleratable or not taken:
         return []
@@ -229,7 +269,9 @@ def _validate_none(request: ResourceRequest, facts: InstanceTypeFacts) -> list[R
     ]
 
 
-def _validate_partition(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
+def _validate_partition(
+    request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
+) -> list[Refusal]:
     at = f"{FIELD}.acceleratorPartitionedProfile"
     if request.memory_percentage or request.cores_percentage:
         return [
@@ -256,10 +298,19 @@ def _validate_partition(request: ResourceRequest, facts: InstanceTypeFacts) -> l
         ]
     if not resources.valid_partition_key(facts.manufacturer, request.profile):
         return [Refusal(at, "partition profile name does not yield a valid resource name")]
+    if not dialect.charges(request.profile, facts.profile_credits.get(request.profile, 0)):
+        message = (
+            f"devicePlugin: {dialect.name} ({dialect.title}) names {request.profile} alike on "
+            "card models that price it differently, so Kueue cannot charge it exactly; ask "
+            "for another profile (docs/device-plugins.md)"
+        )
+        return [Refusal(at, message, reasons.FORBIDDEN)]
     return _exactly_one_card(request, "partitioned")
 
 
-def _validate_slice(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
+def _validate_slice(
+    request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
+) -> list[Refusal]:
     if not facts.logically_sliceable:
         return [
             Refusal(
@@ -286,7 +337,9 @@ def _exactly_one_card(request: ResourceRequest, what: str) -> list[Refusal]:
     return [Refusal(f"{FIELD}.accelerator", message)]
 
 
-def _validate_shared(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
+def _validate_shared(
+    request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
+) -> list[Refusal]:
     at = f"{FIELD}.acceleratorShared"
     if request.accelerator is not None:
         return [
@@ -298,7 +351,8 @@ def _validate_shared(request: ResourceRequest, facts: InstanceTypeFacts) -> list
         ]
     if request.shared < 0:
         return [Refusal(at, "shared accelerator request cannot be negative")]
-    if request.shared > facts.largest_node_cards:
+    bound = dialect.shares_bound(facts.largest_node_cards)
+    if request.shared > bound and dialect.distinct_shares:
         return [
             Refusal(
                 at,
@@ -306,10 +360,20 @@ def _validate_shared(request: ResourceRequest, facts: InstanceTypeFacts) -> list
                 f"the largest node of instance type {facts.name} has {facts.largest_node_cards}",
             )
         ]
+    if request.shared > bound:
+        return [
+            Refusal(
+                at,
+                f"a shared request of {request.shared} time-slicing replicas exceeds the {bound} "
+                f"of the largest node of instance type {facts.name}",
+            )
+        ]
     return []
 
 
-def _validate_whole(request: ResourceRequest, facts: InstanceTypeFacts) -> list[Refusal]:
+def _validate_whole(
+    request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
+) -> list[Refusal]:
     at = f"{FIELD}.accelerator"
     accelerator = request.accelerator if request.accelerator is not None else Fraction(1)
     if accelerator < 0:
@@ -328,7 +392,7 @@ def _validate_whole(request: ResourceRequest, facts: InstanceTypeFacts) -> list[
     return []
 
 
-_VALIDATE: dict[Mode, Callable[[ResourceRequest, InstanceTypeFacts], list[Refusal]]] = {
+_VALIDATE: dict[Mode, Callable[[ResourceRequest, InstanceTypeFacts, Dialect], list[Refusal]]] = {
     Mode.NONE: _validate_none,
     Mode.EXCLUSIVE: _validate_whole,
     Mode.SHARED: _validate_shared,
@@ -424,7 +488,7 @@ def overcommitted_requests(
     }
 
 
-def _render(sized: _Sized, facts: InstanceTypeFacts, overcommit: bool) -> Plan:
+def _render(sized: _Sized, facts: InstanceTypeFacts, overcommit: bool, dialect: Dialect) -> Plan:
     limits = {
         "cpu": quantity.format_decimal(sized.cpu),
         "memory": quantity.format_binary(sized.ram),
@@ -436,7 +500,7 @@ def _render(sized: _Sized, facts: InstanceTypeFacts, overcommit: bool) -> Plan:
         )
     else:
         requests = dict(limits)
-    keys = resources.encode(facts.manufacturer, sized.claim) if facts.acceleratable else {}
+    keys = dialect.encode(facts.manufacturer, sized.claim) if facts.acceleratable else {}
     return Plan(
         claim=sized.claim,
         cpu=sized.cpu,

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from functions.core import names
+from functions.core import dialects, names
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -43,6 +43,7 @@ class Settings(BaseModel):
     workload_fit_affinity: bool = Field(True, alias="workloadFitAffinity")
     node_devices_admission_check: bool = Field(False, alias="nodeDevicesAdmissionCheck")
     vgpu_entitlement: bool = Field(False, alias="vgpuEntitlement")
+    device_plugin: dialects.Name = Field(dialects.DEFAULT, alias="devicePlugin")
     system_namespace: str = Field("gpustack-system", alias="systemNamespace", pattern=DNS_LABEL)
     license_namespace: str = Field("cozy-system", alias="licenseNamespace", pattern=DNS_LABEL)
 
@@ -56,6 +57,11 @@ class Settings(BaseModel):
             first = error.errors()[0]
             where = ".".join(str(part) for part in ("spec", *first["loc"]))
             raise SettingsError(where, _explain(first)) from error
+
+    @property
+    def dialect(self) -> dialects.Dialect:
+        """How Instances write their claims for the cluster's device plugin."""
+        return dialects.of(self.device_plugin)
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:

@@ -43,7 +43,7 @@ def compose(request: Request) -> Desired:
         raise InputError(
             error.path, f"{error.problem}; the node agent writes this field"
         ) from error
-    ledger = build_ledger(spec)
+    ledger = build_ledger(spec, settings.dialect.fixed_partitions)
     summary = summarize_devices(spec, settings.node_management_manual, ledger)
     desired.status = devices_status.write(ledger, summary)
     for conflict in ledger.conflicts:

@@ -56,7 +56,9 @@ def node_summary(devices: View, settings: Settings) -> NodeSummary:
     summary = read_summary(devices.name, devices.get("status"))
     if summary is not None:
         return summary
-    return summarize_devices(parse_devices(devices.to_dict()), settings.node_management_manual)
+    spec = parse_devices(devices.to_dict())
+    fixed = settings.dialect.fixed_partitions
+    return summarize_devices(spec, settings.node_management_manual, fixed_partitions=fixed)
 
 
 def unreadable(desired: Desired, kind: str, name: str, field: str, problem: str) -> None:

@@ -9,6 +9,7 @@ one reads the same nodes.
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 
 from functions.core import apis, labels, names, quantity, reasons
 from functions.core.catalog import unit_display
@@ -20,14 +21,31 @@ from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, catalog_settings, node_summaries
 from functions.handlers.readiness import condition
-from functions.views import View
+from functions.views import BOOLEAN, OBJECT, QUANTITY, STRING, View, check_shape
 
 NODE_DEVICES_CHECK = "gpustack-node-devices"
 HOLD, HOLD_AND_DRAIN, NONE = "Hold", "HoldAndDrain", "None"  # Kueue's stop policies
 
 
+# The spec fields read here and handed to the core, with the types the XRD gives them.
+SPEC_SHAPE = {
+    "acceleratable": BOOLEAN,
+    "acceleratorGroup": STRING,
+    "arch": STRING,
+    "displayName": STRING,
+    "generalGroup": STRING,
+    "inactive": BOOLEAN,
+    "localStorage": STRING,
+    "os": STRING,
+    "unitResources": OBJECT,
+    "unitResources.cpu": QUANTITY,
+    "unitResources.ram": QUANTITY,
+}
+
+
 def pool_of(request: Request) -> PoolKey:
     spec = request.xr.view("spec")
+    check_shape(spec, "spec", SPEC_SHAPE)
     for field in ("os", "arch"):
         if not spec.str(field):
             raise InputError(f"spec.{field}", "must be specified, e.g. linux / amd64")
@@ -66,6 +84,9 @@ def compose(request: Request) -> Desired:
     stop_policy = desired_stop_policy(request, bool(flavors), observed_queue, settings)
     draining = HOLD_AND_DRAIN in (stop_policy, queue_stop_policy(observed_queue))
     views = pool_views(pool, nodes, settings.mixed_on_node, reserved_cpu(observed_queue), draining)
+    offers = type_status.offers(pool, nodes, views, settings.dialect)
+    if pool.acceleratable:
+        views = replace(views, accelerators=views.accelerators.offering(offers.modes))
 
     groups = resource_groups(pool, flavors, pool_manufacturer(pool, nodes))
     queue = cluster_queue(request.xr.name, pool, groups, stop_policy)
@@ -84,7 +105,7 @@ def compose(request: Request) -> Desired:
         entrance=names.entrance(request.xr.name),
         views=views,
         detail=type_status.detail(pool, nodes, views),
-        offers=type_status.offers(pool, nodes, views),
+        offers=offers,
         unit=unit_display(request.xr.view("spec").to_dict()),
         acceleratable=pool.acceleratable,
     )

@@ -61,14 +61,27 @@ class Grant:
     units: int = 0
     placement: Placement | None = None
     profile: str = ""
+    created: bool = False  # a MIG instance the plugin made for this grant (and unmakes after)
+
+
+@dataclass(frozen=True)
+class Allocate:
+    """The kubelet's Allocate call for one container of a Pod bound to `node`."""
+
+    node: Mapping[str, Any]
+    cards: list[Card]
+    held: list[Grant]  # what the node's containers already hold
+    pod: Mapping[str, Any]
+    container: str
+    wanted: Mapping[str, int]  # the container's limits
 
 
 class DevicePlugin(Protocol):
-    def advertise(self, cards: list[Card]) -> dict[str, int]: ...
+    """One device plugin: what it advertises on a node, and Allocate for one container."""
 
-    def allocate(
-        self, cards: list[Card], held: list[Grant], wanted: Mapping[str, int]
-    ) -> list[Grant] | str: ...
+    def advertise(self, node: Mapping[str, Any], cards: list[Card]) -> dict[str, int]: ...
+
+    def allocate(self, call: Allocate) -> list[Grant] | str: ...
 
 
 def cards_of(devices: Mapping[str, Any] | None) -> list[Card]:
@@ -119,7 +132,7 @@ class _Books:
 class GpustackPlugin:
     """gpustack's device plugin (the `gpustack` dialect)."""
 
-    def advertise(self, cards: list[Card]) -> dict[str, int]:
+    def advertise(self, node: Mapping[str, Any], cards: list[Card]) -> dict[str, int]:
         found: dict[str, int] = {}
         for card in cards:
             base = resources.base_of(card.manufacturer)
@@ -152,15 +165,13 @@ class GpustackPlugin:
             base + resources.SLICED_MEMORY_MIB: card.memory_mib,
         }
 
-    def allocate(
-        self, cards: list[Card], held: list[Grant], wanted: Mapping[str, int]
-    ) -> list[Grant] | str:
+    def allocate(self, call: Allocate) -> list[Grant] | str:
         """Grants for one container's requests of this plugin's resources; or why not."""
-        books = _books(held)
+        books = _books(call.held)
         grants: list[Grant] = []
-        for card_base, suffixes in _requests_by_base(wanted, cards).items():
+        for card_base, suffixes in _requests_by_base(call.wanted, call.cards).items():
             manufacturer, base = card_base
-            mine = [c for c in cards if c.manufacturer == manufacturer]
+            mine = [c for c in call.cards if c.manufacturer == manufacturer]
             found = self._grant(mine, books, base, suffixes)
             if isinstance(found, str):
                 return found
@@ -284,9 +295,7 @@ def _partition(
                     units=wanted.get(resources.PARTITIONED_UNITS, 0),
                     placement=placement,
                     profile=profile,
+                    created=True,
                 )
                 return [grant]
     return f"{base}{resources.PARTITIONED}: no card has a free placement of {profile}"
-
-
-PLUGINS: dict[str, DevicePlugin] = {"gpustack": GpustackPlugin()}

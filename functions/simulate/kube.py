@@ -140,3 +140,11 @@ def running(pod: Mapping[str, Any]) -> bool:
 
 def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def device_plugin(api: Any) -> str:
+    """The device plugin this simulated cluster runs: the one its Catalog says it runs (the
+    operator installs that plugin, and Kueue's matching configuration, beside the package)."""
+    for catalog in api.list("Catalog"):
+        return (catalog.get("spec") or {}).get("devicePlugin") or "gpustack"
+    return "gpustack"

@@ -8,25 +8,28 @@
 - The grants are the kubelet's checkpoint; `pod_resources(node)` answers the kubelet
   pod-resources API (List) from them, which the node agent reads. A Pod that is gone, or has
   finished, gives its devices back; a partition the plugin created is destroyed with it.
+- The device plugin is the one the cluster runs (`kube.device_plugin`): gpustack's, the NVIDIA
+  GPU Operator's or HAMi's, each played from its own documentation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from functions.agent.podresources import ContainerDevices
 from functions.core import quantity
 from functions.simulate import kube
 from functions.simulate.client import Client
-from functions.simulate.deviceplugin import Card, DevicePlugin, Grant, cards_of
+from functions.simulate.deviceplugin import Allocate, Card, DevicePlugin, Grant, cards_of
 
 Checkpoint = dict[str, dict[str, list[Grant]]]  # pod key → container → grants
 
 
 class Kubelet:
-    def __init__(self, api: Client, plugin: DevicePlugin):
+    def __init__(self, api: Client, plugins: Mapping[str, DevicePlugin]):
         self.api = api
-        self.plugin = plugin
+        self.plugins = plugins  # by the name a Catalog's `devicePlugin` gives it
         self.checkpoint: Checkpoint = {}
         self.nodes: dict[str, str] = {}  # pod key → node, for what the checkpoint holds
         self.advertised: dict[str, dict[str, str]] = {}  # node → what the plugin put there
@@ -38,6 +41,10 @@ class Kubelet:
         for pod in self.api.list("Pod"):
             if kube.running(pod) and (pod.get("status") or {}).get("phase") != "Running":
                 self.start(pod)
+
+    @property
+    def plugin(self) -> DevicePlugin:
+        return self.plugins[kube.device_plugin(self.api)]
 
     def cards(self, node: str) -> list[Card]:
         return cards_of(self.api.get("Devices", node))
@@ -51,7 +58,7 @@ class Kubelet:
                 "Ready", "True", "KubeletReady", "kubelet is posting ready status"
             )
             kube.set_conditions(node, ready)
-        advertised = {k: str(v) for k, v in self.plugin.advertise(self.cards(name)).items()}
+        advertised = {k: str(v) for k, v in self.plugin.advertise(node, self.cards(name)).items()}
         gone = dict.fromkeys(set(self.advertised.get(name, {})) - set(advertised), "0")
         self.advertised[name] = advertised
         capacity = status.get("capacity") or {}
@@ -63,6 +70,7 @@ class Kubelet:
     def start(self, pod: dict[str, Any]) -> None:
         node, key = pod["spec"]["nodeName"], kube.pod_key(pod)
         cards = self.cards(node)
+        node_object = self.api.get("Node", node) or {}
         held = [
             g
             for k, containers in self.checkpoint.items()
@@ -76,7 +84,8 @@ class Kubelet:
                 name: quantity.ceil(quantity.parse(value))
                 for name, value in ((container.get("resources") or {}).get("limits") or {}).items()
             }
-            grants = self.plugin.allocate(cards, held, wanted)
+            call = Allocate(node_object, cards, held, pod, container["name"], wanted)
+            grants = self.plugin.allocate(call)
             if isinstance(grants, str):
                 return self.fail(pod, grants)
             granted[container["name"]] = grants
@@ -132,12 +141,12 @@ class Kubelet:
     # --- MIG instances the plugin makes and unmakes (what NVML then reports) -------------------
 
     def create_partitions(self, node: str, grants: list[Grant]) -> None:
-        made = [g for g in grants if g.placement is not None]
+        made = [g for g in grants if g.created]
         if made:
             self._edit_partitions(node, made, add=True)
 
     def destroy_partitions(self, node: str, grants: list[Grant]) -> None:
-        made = [g for g in grants if g.placement is not None]
+        made = [g for g in grants if g.created]
         if made:
             self._edit_partitions(node, made, add=False)
 

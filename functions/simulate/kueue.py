@@ -3,8 +3,9 @@
 - Pod integration: a Pod with a `kueue.x-k8s.io/queue-name` label is gated at creation
   (`kueue.x-k8s.io/admission`) and gets a Workload.
 - Admission by quota: the Pod's requests go through the shipped Configuration's resource
-  transformations (KEP-2937: outputs × quantity; `Replace` drops the input, `Retain` keeps it;
-  an empty `Replace` ignores the input); then, group by group, the first flavor of the
+  transformations (KEP-2937: outputs × quantity, × the quantity of `multiplyBy` where the Pod
+  asks for it; `Replace` drops the input, `Retain` keeps it; an empty `Replace` ignores the
+  input) — the configuration shipped for the device plugin the cluster runs; then, group by group, the first flavor of the
   ClusterQueue whose node labels and taints the Pod accepts (only the flavor's own label keys
   count) and whose quota holds the request is assigned. With `IgnoreUndeclared` only covered
   resources are checked. An admitted Pod is ungated and given the flavor's node labels and
@@ -20,6 +21,7 @@ transformations make of the Pod's actual container requests.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
@@ -39,12 +41,27 @@ POD_SET = "main"
 
 
 class Kueue:
-    def __init__(self, api: Client, configuration: Path):
+    def __init__(self, api: Client, configurations: Path):
+        """`configurations`: a Kueue Configuration file, or a folder of them by device plugin
+        (`compositions/kueue/<devicePlugin>.yaml`)."""
         self.api = api
-        resources = yaml.safe_load(configuration.read_text()).get("resources") or {}
-        self.transformations = {t["input"]: t for t in resources.get("transformations") or []}
-        self.ignore_undeclared = resources.get("quotaCheckStrategy") == "IgnoreUndeclared"
+        self.configurations = configurations
         self.events: list[str] = []
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        path = self.configurations
+        if path.is_dir():
+            path = path / f"{kube.device_plugin(self.api)}.yaml"
+        return _resources(path, path.stat().st_mtime_ns)
+
+    @property
+    def transformations(self) -> dict[str, Any]:
+        return {t["input"]: t for t in self.resources.get("transformations") or []}
+
+    @property
+    def ignore_undeclared(self) -> bool:
+        return self.resources.get("quotaCheckStrategy") == "IgnoreUndeclared"
 
     def run(self) -> None:
         self.activate_queues()
@@ -80,13 +97,17 @@ class Kueue:
     def requests(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
         """The Pod's requests as Kueue counts them: after the resource transformations."""
         counted: dict[str, Fraction] = {}
-        for name, amount in kube.pod_requests(pod["spec"]).items():
-            transformation = self.transformations.get(name)
+        transformations = self.transformations
+        requested = kube.pod_requests(pod["spec"])
+        for name, amount in requested.items():
+            transformation = transformations.get(name)
             if transformation is None:
                 counted[name] = counted.get(name, Fraction(0)) + amount
                 continue
+            scale = requested.get(transformation.get("multiplyBy", ""), Fraction(1))
             for output, factor in (transformation.get("outputs") or {}).items():
-                counted[output] = counted.get(output, Fraction(0)) + amount * quantity.parse(factor)
+                charge = amount * scale * quantity.parse(factor)
+                counted[output] = counted.get(output, Fraction(0)) + charge
             if transformation.get("strategy", "Retain") == "Retain":
                 counted[name] = counted.get(name, Fraction(0)) + amount
         return counted
@@ -380,3 +401,9 @@ def _mismatch(pod: Mapping[str, Any], flavor: Mapping[str, Any]) -> str:
     if not kube.selects(pod["spec"], labels, keys=labels):
         return f"flavor {name} doesn't match node affinity"
     return ""
+
+
+@functools.cache
+def _resources(path: Path, modified: int) -> dict[str, Any]:
+    """A configuration's `resources`, read again only when the file changes."""
+    return (yaml.safe_load(path.read_text()) or {}).get("resources") or {}

@@ -4,7 +4,9 @@ A node takes a Pod when it is Ready and schedulable, the Pod's nodeSelector and 
 affinity accept its labels, the Pod tolerates its NoSchedule/NoExecute taints, and its
 allocatable — what the kubelet and the device plugins advertise — still holds the Pod's
 requests beside those of the Pods already bound there. Nodes are tried by name; the message of
-an unschedulable Pod counts the reasons as kube-scheduler's does.
+an unschedulable Pod counts the reasons as kube-scheduler's does. Where the cluster runs HAMi,
+its scheduler extender also filters the nodes for the Pods that ask for vGPUs, judges the
+resources it manages itself (kube-scheduler ignores them), and writes its choice on the Pod.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from functions.core import quantity
 from functions.simulate import kube
 from functions.simulate.client import Client
+from functions.simulate.hami import HamiScheduler
 
 UNREACHABLE = "node.kubernetes.io/unreachable"
 NOT_READY = "node.kubernetes.io/not-ready"
@@ -25,6 +28,7 @@ NOT_READY = "node.kubernetes.io/not-ready"
 class Scheduler:
     def __init__(self, api: Client):
         self.api = api
+        self.extenders = {"hami": HamiScheduler(api)}  # by the device plugin they come with
 
     def run(self) -> None:
         nodes = self.api.list("Node")
@@ -37,9 +41,19 @@ class Scheduler:
     def schedule(self, pod: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
         reasons: Counter[str] = Counter()
         requests = kube.pod_requests(pod["spec"])
+        extender = self.extenders.get(kube.device_plugin(self.api))
+        if extender is not None and any(extender.asks(pod)):
+            requests = {k: v for k, v in requests.items() if k not in extender.managed}
+        else:
+            extender = None
         for node in nodes:
             why = self.unfit(pod, requests, node)
+            chosen = extender.choose(pod, node) if extender and why is None else None
+            if isinstance(chosen, str):
+                why = chosen
             if why is None:
+                if extender is not None and chosen is not None:
+                    extender.bind(pod, chosen)
                 pod["spec"]["nodeName"] = node["metadata"]["name"]
                 pod = self.api.apply(pod)
                 kube.set_conditions(pod, kube.condition("PodScheduled", "True"))

@@ -24,11 +24,13 @@ from functions.simulate.agent import Agents
 from functions.simulate.apiserver import ApiServer
 from functions.simulate.client import Client
 from functions.simulate.crossplane import Crossplane
-from functions.simulate.deviceplugin import PLUGINS
+from functions.simulate.deviceplugin import GpustackPlugin
+from functions.simulate.hami import HamiPlugin
 from functions.simulate.kubelet import Kubelet
 from functions.simulate.kubevirt import KubeVirt
 from functions.simulate.kueue import Kueue
 from functions.simulate.nfd import Nfd
+from functions.simulate.nvidia import NvidiaPlugin
 from functions.simulate.scheduler import Scheduler
 from functions.simulate.storage import Provisioner
 from functions.simulate.store import Key, Store
@@ -55,8 +57,13 @@ class World:
         self.api = ApiServer(self.store)
         client = Client(self.api)
         self.crossplane = Crossplane(client, run, api_dir, caller)
-        self.kueue = Kueue(client, api_dir / "kueue" / "configuration.yaml")
-        self.kubelet = Kubelet(client, PLUGINS["gpustack"])
+        self.kueue = Kueue(client, api_dir / "kueue")
+        plugins = {
+            "gpustack": GpustackPlugin(),
+            "nvidia": NvidiaPlugin(client),
+            "hami": HamiPlugin(),
+        }
+        self.kubelet = Kubelet(client, plugins)
         self.controllers: list[Any] = [
             self.crossplane,
             Nfd(client),

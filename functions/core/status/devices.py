@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from functions.core import mig
 from functions.core.devices import Cpu
 from functions.core.ledger import Conflict, GroupSummary, NodeLedger
 from functions.core.pools import GroupFacts, NodeSummary, ProfileFacts
@@ -114,7 +115,7 @@ def summary_status(summary: NodeSummary) -> dict[str, Any]:
         row["counts"] = [getattr(counts, attr) for attr in COUNT_FIELDS.values()]
         if facts.profiles:
             row["profiles"] = [
-                {"name": p.name, "memoryMiB": p.memory_mib, "count": p.count}
+                {"name": p.name, "memoryMiB": p.memory_mib, "count": p.count, "credits": p.credits}
                 for p in facts.profiles
             ]
             row["allocatedProfiles"] = _counts(counts.allocated_profiles, keep_zero=False)
@@ -228,7 +229,18 @@ def _facts(summary: Any) -> dict[str, GroupFacts]:
             for attr, camel in _FACT_FIELDS.items()
         }
         profiles = tuple(
-            ProfileFacts(_str(p.get("name")), _int(p.get("memoryMiB")), _int(p.get("count")))
+            ProfileFacts(
+                _str(p.get("name")),
+                _int(p.get("memoryMiB")),
+                _int(p.get("count")),
+                _int(p.get("credits"))
+                or mig.unpriced_units(
+                    found["product"],
+                    _str(p.get("name")),
+                    _int(p.get("memoryMiB")),
+                    found["memory_mib"],
+                ),
+            )
             for p in _items(row.get("profiles"))
         )
         facts[_str(row.get("key"))] = GroupFacts(**found, profiles=profiles)

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from functions.core import names, quantity
+from functions.core import mig, names, quantity
+from functions.core.dialects import DIALECTS, Dialect
 from functions.core.modes import TAKEN, Mode
 from functions.core.pools import NodeSummary, PoolKey, PoolViews
 from functions.core.quantity import MIB, QuantityError
@@ -21,6 +22,7 @@ from functions.core.requests import InstanceTypeFacts
 from functions.core.status import StatusError, read_int, read_list, read_object, read_str
 
 VERSION = 2
+DEFAULT_DIALECT = DIALECTS["gpustack"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class Offers:
     manufacturer: str = ""
     card_memory_mib: int = 0
     modes: tuple[Mode, ...] = ()
-    profiles: tuple[tuple[str, int], ...] = ()  # (name, MiB) of each offered partition
+    profiles: tuple[tuple[str, int, int], ...] = ()  # (name, MiB, credits) of each partition
     largest_node_cards: int = 0  # the whole-card request bound
     largest_node_cores: int = 0  # the CPU request bound of a CPU pool
     cpu_capacity: int = 0
@@ -40,7 +42,10 @@ class Offers:
             "manufacturer": self.manufacturer,
             "cardMemoryMiB": self.card_memory_mib,
             "modes": [mode.title for mode in self.modes],
-            "profiles": [{"name": name, "memoryMiB": mib} for name, mib in self.profiles],
+            "profiles": [
+                {"name": name, "memoryMiB": mib, "credits": credits}
+                for name, mib, credits in self.profiles
+            ],
             "largestNodeCards": self.largest_node_cards,
             "largestNodeCores": self.largest_node_cores,
             "cpuCapacity": self.cpu_capacity,
@@ -92,8 +97,11 @@ def members(nodes: list[NodeSummary], views: PoolViews) -> list[NodeSummary]:
     return [node for node in nodes if node.node in covered]
 
 
-def offers(pool: PoolKey, nodes: list[NodeSummary], views: PoolViews) -> Offers:
-    """What an Instance of this pool may ask for, from the nodes the pool covers."""
+def offers(
+    pool: PoolKey, nodes: list[NodeSummary], views: PoolViews, dialect: Dialect = DEFAULT_DIALECT
+) -> Offers:
+    """What an Instance of this pool may ask for, from the nodes the pool covers and what the
+    cluster's device plugin can express (and Kueue charge) of it."""
     covered = members(nodes, views)
     bounds = Offers(
         largest_node_cards=views.largest_node_cards,
@@ -109,13 +117,15 @@ def offers(pool: PoolKey, nodes: list[NodeSummary], views: PoolViews) -> Offers:
         modes.append(Mode.SLICED)
     partitioned = next((n for n in covered if n.groups[a_key].partition_capacity), None)
     profiles = partitioned.facts[a_key].profiles if partitioned else ()
+    profiles = tuple(p for p in profiles if dialect.charges(p.name, p.credits))
     if profiles:
         modes.append(Mode.PARTITIONED)
+    expressible = dialect.modes(first.manufacturer)
     return Offers(
         manufacturer=first.manufacturer,
         card_memory_mib=first.memory_mib,
-        modes=tuple(modes),
-        profiles=tuple((p.name, p.memory_mib) for p in profiles),
+        modes=tuple(mode for mode in modes if mode in expressible),
+        profiles=tuple((p.name, p.memory_mib, p.credits) for p in profiles),
         largest_node_cards=bounds.largest_node_cards,
         largest_node_cores=bounds.largest_node_cores,
         cpu_capacity=bounds.cpu_capacity,
@@ -189,7 +199,8 @@ def read(instance_type: Any) -> InstanceTypeFacts:
         manufacturer=offered.manufacturer if acceleratable else "",
         card_memory_mib=offered.card_memory_mib,
         modes=frozenset(offered.modes),
-        profiles=dict(offered.profiles),
+        profiles={name: mib for name, mib, _ in offered.profiles},
+        profile_credits={name: credits for name, _, credits in offered.profiles},
         largest_node_cards=offered.largest_node_cards,
         largest_node_cores=offered.largest_node_cores,
         cpu_capacity=offered.cpu_capacity,
@@ -217,6 +228,7 @@ def _offers(status: Any) -> Offers:
         (
             read_str(p.get("name"), f"status.offers.profiles[{i}].name"),
             read_int(p.get("memoryMiB"), f"status.offers.profiles[{i}].memoryMiB"),
+            read_int(p.get("credits"), f"status.offers.profiles[{i}].credits"),
         )
         for i, p in enumerate(read_list(offers.get("profiles"), "status.offers.profiles"))
     )
@@ -243,14 +255,20 @@ def _v1_offers(status: Any) -> Offers:
     physical = read_object(sliced.get("physical"), "status.detail.slicedDetail.physical")
     memory = detail.get("memory")
     card_mib = _quantity(memory, "status.detail.memory", "0") // MIB if memory else 0
+    product = read_str(detail.get("product"), "status.detail.product")
     profiles = tuple(
-        (
-            read_str(p.get("name"), "status.detail.slicedDetail.physical.profiles[].name"),
-            read_int(
-                p.get("memoryMiB"), "status.detail.slicedDetail.physical.profiles[].memoryMiB"
-            ),
+        (name, mib, mig.unpriced_units(product, name, mib, card_mib))
+        for name, mib in (
+            (
+                read_str(p.get("name"), "status.detail.slicedDetail.physical.profiles[].name"),
+                read_int(
+                    p.get("memoryMiB"), "status.detail.slicedDetail.physical.profiles[].memoryMiB"
+                ),
+            )
+            for p in read_list(
+                physical.get("profiles"), "status.detail.slicedDetail.physical.profiles"
+            )
         )
-        for p in read_list(physical.get("profiles"), "status.detail.slicedDetail.physical.profiles")
     )
     modes = [Mode.EXCLUSIVE, Mode.SHARED]
     if read_int(logical.get("count"), "status.detail.slicedDetail.logical.count") > 0:

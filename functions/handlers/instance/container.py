@@ -32,7 +32,7 @@ RUNTIME_CLASSES = {
 
 def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
     resources = instance.spec.view("resources").to_dict()
-    planned = plan(resources, facts, instance.settings.overcommit)
+    planned = plan(resources, facts, instance.settings.overcommit, instance.settings.dialect)
     if isinstance(planned, Wait):
         return Waiting(planned.reason, planned.message)
     if isinstance(planned, list):
@@ -57,6 +57,7 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
         runtime_class=runtime_class(instance, facts.manufacturer),
         fit_affinity=instance.settings.workload_fit_affinity,
         pin_expressions=steering,
+        dialect=instance.settings.dialect,
     )
     pod = render_pod(instance.spec, inputs)
     if instance.workload is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from functions.core import apis, labels, names, resources
+from functions.core.dialects import DEFAULT, DIALECTS, Dialect
 from functions.core.modes import Claim, Mode
 from functions.core.requests import Plan
 from functions.handlers.instance import pin
@@ -31,6 +32,7 @@ class PodInputs:
     pin_expressions: tuple[dict, ...] = ()  # rule out the other flavors of a pinned Pod's pool
     runtime_class: str | None = None
     fit_affinity: bool = True
+    dialect: Dialect = DIALECTS[DEFAULT]  # the cluster's device plugin
 
 
 def render_pod(spec: View, inputs: PodInputs) -> dict:
@@ -82,7 +84,7 @@ def main_container(spec: View, inputs: PodInputs) -> dict:
         ],
     }
     if spec.has("command"):
-        main["command"] = list(spec.list("command"))
+        main["command"] = spec.list("command").to_list()
     if spec.has("env"):
         main["env"] = [
             {"name": e.str("name"), "value": e.str("value")} for e in spec.list("env").views()
@@ -168,7 +170,7 @@ def sshd(spec: View, inputs: PodInputs) -> dict:
             }
         ],
     }
-    if inputs.manufacturer and inputs.plan.claim.cards:
+    if inputs.manufacturer and inputs.plan.claim.cards and inputs.dialect.sidecar_visibility:
         visibility = {resources.visibility_key(inputs.manufacturer): str(inputs.plan.claim.cards)}
         container["resources"] = {"requests": visibility, "limits": visibility}
     return container
@@ -180,8 +182,12 @@ def fit_affinity(inputs: PodInputs) -> dict | None:
     labels — a slice needs one card with its units free, a share on N cards needs N cards with
     a free share on one node."""
     claim, key = inputs.plan.claim, inputs.accelerator_key
-    expressions = [*inputs.pin_expressions, *pin.card_count_expressions(claim, key)]
-    if inputs.fit_affinity and key:
+    # Replicas a plugin may stack on one card need no node with that many cards.
+    spread = claim.mode is not Mode.SHARED or inputs.dialect.distinct_shares
+    expressions = list(inputs.pin_expressions)
+    if spread:
+        expressions += pin.card_count_expressions(claim, key)
+    if inputs.fit_affinity and key and spread:
         expressions += fit_expressions(claim, key)
     if not expressions:
         return None

@@ -1,0 +1,337 @@
+"""Device-plugin dialects: how a claim is written for the device plugin a cluster runs.
+
+The Catalog's `devicePlugin` names the dialect. Each is one table: the sharing modes it can
+express, the Pod keys for each (`encode`/`decode`, `decode(encode(m, c)) == (m, c)`), the Kueue
+transformations that charge exactly `Claim.credits` for them, what its plugin advertises on a
+node, and the device IDs the kubelet's pod-resources API reports for an allocation.
+
+| Mode        | gpustack (default)                 | nvidia (GPU Operator)                    | hami                                       |
+|-------------|------------------------------------|------------------------------------------|--------------------------------------------|
+| EXCLUSIVE N | `<base>: N`                        | `nvidia.com/gpu: N`                      | `nvidia.com/gpu: N`, `gpumem-percentage: 100`, `gpucores: 100` |
+| SHARED N    | `<base>.shared: N`, N cards        | `nvidia.com/gpu.shared: N` replicas      | —                                          |
+| SLICED p %  | `<base>.sliced…` + `.units`        | —                                        | `nvidia.com/gpu: 1`, `gpumem-percentage: p`, `gpucores: c` |
+| PARTITIONED | `<base>.partitioned…` + `.units`   | `nvidia.com/mig-<profile>: 1`            | —                                          |
+| advertised  | every key, per card and per unit   | `nvidia.com/gpu` (a card), or `.shared` ×10 on a time-sliced node; `nvidia.com/mig-<profile>` per MIG device | `nvidia.com/gpu` × 10 vGPUs per card; memory and cores judged by HAMi's scheduler |
+| device IDs  | card UUID; MIG UUID                | card UUID; `<card UUID>::<n>` replica; MIG UUID | `<card UUID>-<n>`, arbitrary: the card is in the Pod's `hami.io/vgpu-devices-allocated` |
+
+Only NVIDIA cards speak the nvidia and hami dialects; another manufacturer's cards keep their
+own plugin's whole-card key (`amd.com/gpu: N`) under them. What a dialect cannot express is not
+offered (the InstanceType says so) and a request for it is refused naming the setting. A shape
+Kueue cannot charge exactly is not offered either: Kueue transforms by resource name only, so
+a MIG profile name two card models price differently (`1g.10gb` is an eighth of an 80 GB card
+and a quarter of an A100 40GB) has no one price under nvidia (docs/device-plugins.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from functions.core import mig, quantity, resources
+from functions.core.modes import PERCENT, SHARE, SHARES_PER_CARD, TAKEN, Claim, D, Mode
+from functions.core.quantity import QuantityError
+
+Name = Literal["gpustack", "nvidia", "hami"]
+DEFAULT: Name = "gpustack"
+
+NVIDIA = mig.MANUFACTURER
+GPU = "nvidia.com/gpu"
+GPU_SHARED = "nvidia.com/gpu.shared"
+MIG_PREFIX = "nvidia.com/mig-"
+HAMI_MEMORY_PERCENTAGE = "nvidia.com/gpumem-percentage"
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_CORES = "nvidia.com/gpucores"
+HAMI_KEYS = (HAMI_MEMORY_PERCENTAGE, HAMI_MEMORY, HAMI_CORES)
+HAMI_ALLOCATED = "hami.io/vgpu-devices-allocated"  # the Pod annotation naming the real cards
+REPLICA = "::"  # a time-slicing replica's ID: `<card UUID>::<n>`
+
+
+@dataclass(frozen=True)
+class Gpustack:
+    """gpustack's own device plugin: every mode, with the units carried on the Pod (§5.3)."""
+
+    name: Name = "gpustack"
+    title: str = "gpustack's device plugin"
+    distinct_shares: bool = True  # `.shared: N` is one share on each of N distinct cards
+    sidecar_visibility: bool = True  # the plugin resolves the SSH sidecar's visibility token
+    fixed_partitions: bool = False  # the plugin makes a MIG instance when a Pod takes one
+
+    def modes(self, manufacturer: str) -> frozenset[Mode]:
+        return frozenset(TAKEN)
+
+    def encode(self, manufacturer: str, claim: Claim) -> dict[str, str]:
+        return resources.encode(manufacturer, claim)
+
+    def decode(self, keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
+        return resources.decode(keys)
+
+    def charges(self, profile: str, credits: int) -> bool:
+        return True  # the Pod carries the partition's units: exact on every card
+
+    def shares_bound(self, largest_node_cards: int) -> int:
+        return largest_node_cards
+
+    def refusal(self, claim: Claim) -> str:
+        return ""
+
+    def transformations(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for manufacturer in sorted(resources.BASES):
+            base = resources.base_of(manufacturer)
+            charged = {
+                base: D,
+                base + resources.SHARED: SHARE,
+                base + resources.SLICED_UNITS: 1,
+                base + resources.PARTITIONED_UNITS: 1,
+            }
+            found += [_replace(key, manufacturer, units) for key, units in charged.items()]
+            found += [_replace(key) for key in _gpustack_counters(manufacturer)]
+        return found
+
+
+def _gpustack_counters(manufacturer: str) -> list[str]:
+    """The keys that say what a slice or a partition is, charged through its units instead."""
+    base = resources.base_of(manufacturer)
+    keys = [
+        base + suffix
+        for suffix in (
+            resources.SLICED,
+            resources.SLICED_MEMORY_PERCENTAGE,
+            resources.SLICED_MEMORY_MIB,
+            resources.SLICED_CORES_PERCENTAGE,
+            resources.PARTITIONED,
+        )
+    ]
+    keys.append(resources.visibility_key(manufacturer))
+    if manufacturer == NVIDIA:
+        keys += [resources.partition_key(manufacturer, name) for name in known_profiles()]
+    return keys
+
+
+@dataclass(frozen=True)
+class Nvidia:
+    """The NVIDIA GPU Operator's device plugin: whole cards, time-sliced replicas renamed to
+    `nvidia.com/gpu.shared` (`renameByDefault`, 10 replicas per card), and MIG devices under the
+    `mixed` strategy (`nvidia.com/mig-<profile>`)."""
+
+    name: Name = "nvidia"
+    title: str = "the NVIDIA GPU Operator's device plugin"
+    distinct_shares: bool = False  # the plugin may hand two replicas of one card to a container
+    sidecar_visibility: bool = False
+    fixed_partitions: bool = True  # it serves the MIG devices the MIG manager made, no others
+
+    def modes(self, manufacturer: str) -> frozenset[Mode]:
+        if manufacturer != NVIDIA:
+            return frozenset({Mode.EXCLUSIVE})
+        return frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.PARTITIONED})
+
+    def encode(self, manufacturer: str, claim: Claim) -> dict[str, str]:
+        if claim.mode is Mode.EXCLUSIVE:
+            return {resources.base_of(manufacturer): str(claim.cards)}
+        if manufacturer != NVIDIA:
+            return {}
+        if claim.mode is Mode.SHARED:
+            return {GPU_SHARED: str(claim.cards)}
+        if claim.mode is Mode.PARTITIONED:
+            return {mig_resource(claim.profile): "1"}
+        return {}
+
+    def decode(self, keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
+        for key, value in sorted(keys.items()):
+            if key.startswith(MIG_PREFIX) and _count(value):
+                profile = key[len(MIG_PREFIX) :]
+                return NVIDIA, Claim(Mode.PARTITIONED, 1, profile=profile, units=price(profile))
+        if _count(keys.get(GPU_SHARED)):
+            return NVIDIA, Claim(Mode.SHARED, _count(keys[GPU_SHARED]))
+        return _whole(keys)
+
+    def charges(self, profile: str, credits: int) -> bool:
+        """Kueue charges `nvidia.com/mig-<profile>` one price: offered where it is this card's."""
+        return price(profile) == credits
+
+    def shares_bound(self, largest_node_cards: int) -> int:
+        return largest_node_cards * SHARES_PER_CARD  # replicas, not distinct cards
+
+    def refusal(self, claim: Claim) -> str:
+        return ""
+
+    def transformations(self) -> list[dict[str, Any]]:
+        found = [_replace(GPU, NVIDIA, D), _replace(GPU_SHARED, NVIDIA, SHARE)]
+        found += [
+            _replace(mig_resource(profile), NVIDIA, credits)
+            for profile, credits in chargeable_profiles().items()
+        ]
+        return found + _other_whole_cards()
+
+
+@dataclass(frozen=True)
+class Hami:
+    """HAMi: vGPUs capped to a share of a card's memory and cores. `nvidia.com/gpu` counts
+    vGPUs, each on its own card; memory and cores are per vGPU (percent of that card)."""
+
+    name: Name = "hami"
+    title: str = "HAMi"
+    distinct_shares: bool = True
+    sidecar_visibility: bool = False
+    fixed_partitions: bool = False  # (no partitions offered)
+
+    def modes(self, manufacturer: str) -> frozenset[Mode]:
+        if manufacturer != NVIDIA:
+            return frozenset({Mode.EXCLUSIVE})
+        return frozenset({Mode.EXCLUSIVE, Mode.SLICED})
+
+    def encode(self, manufacturer: str, claim: Claim) -> dict[str, str]:
+        if manufacturer != NVIDIA:
+            return {resources.base_of(manufacturer): str(claim.cards)} if claim.cards else {}
+        if claim.mode is Mode.EXCLUSIVE:
+            return {GPU: str(claim.cards), HAMI_MEMORY_PERCENTAGE: "100", HAMI_CORES: "100"}
+        if claim.mode is Mode.SLICED:
+            return {
+                GPU: "1",
+                HAMI_MEMORY_PERCENTAGE: str(claim.memory_percentage),
+                HAMI_CORES: str(claim.cores_percentage),
+            }
+        return {}
+
+    def decode(self, keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
+        cards = _count(keys.get(GPU))
+        if not cards:
+            return _whole(keys)
+        # HAMi's defaults: no memory asked is all of it, and then the cores default to 100.
+        memory = _count(keys.get(HAMI_MEMORY_PERCENTAGE, 100))
+        cores = _count(keys.get(HAMI_CORES, 100 if memory == 100 else 0))
+        if memory == 100 and cores == 100:
+            return NVIDIA, Claim(Mode.EXCLUSIVE, cards)
+        sliced = Claim(Mode.SLICED, 1, memory_percentage=memory, cores_percentage=cores)
+        return NVIDIA, replace(sliced, units=memory * PERCENT)
+
+    def charges(self, profile: str, credits: int) -> bool:
+        return False  # HAMi slices cards itself; MIG cards are not its to offer here
+
+    def shares_bound(self, largest_node_cards: int) -> int:
+        return largest_node_cards
+
+    def refusal(self, claim: Claim) -> str:
+        # HAMi's scheduler reads `gpucores: 100` as "this card alone": no other vGPU joins it.
+        if claim.mode is Mode.SLICED and claim.cores_percentage >= 100:
+            return (
+                "HAMi gives a slice with 100 % of the cores the whole card; "
+                "set acceleratorSlicedCoresPercentage below 100, or ask for a whole card"
+            )
+        return ""
+
+    def transformations(self) -> list[dict[str, Any]]:
+        # A vGPU's memory percent, times the vGPU count, at D/100 a percent: a whole card is
+        # 100 × 1 × 16,000 = D, a 20 % slice 320,000. The count and the cores charge nothing.
+        per_percent = _replace(HAMI_MEMORY_PERCENTAGE, NVIDIA, PERCENT) | {"multiplyBy": GPU}
+        ignored = [_replace(key) for key in (GPU, HAMI_CORES, HAMI_MEMORY)]
+        return [per_percent, *ignored, *_other_whole_cards()]
+
+
+Dialect = Gpustack | Nvidia | Hami
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (Gpustack(), Nvidia(), Hami())}
+
+
+def of(name: str) -> Dialect:
+    """The dialect a Catalog names (the Catalog's schema admits only the three)."""
+    return DIALECTS.get(name) or DIALECTS[DEFAULT]
+
+
+def expressing(mode: Mode, manufacturer: str) -> list[str]:
+    """The dialects that can express `mode` on this manufacturer's cards."""
+    return [name for name, dialect in DIALECTS.items() if mode in dialect.modes(manufacturer)]
+
+
+def decode_any(keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
+    """A container's claim, whichever dialect wrote it (the agent does not know the Catalog's
+    setting): MIG device names are the nvidia dialect's, HAMi's memory and cores keys HAMi's;
+    everything else reads as gpustack's keys, which spell whole cards and shares as nvidia's."""
+    if any(key.startswith(MIG_PREFIX) for key in keys):
+        return DIALECTS["nvidia"].decode(keys)
+    if any(key in keys for key in HAMI_KEYS):
+        return DIALECTS["hami"].decode(keys)
+    return DIALECTS["gpustack"].decode(keys)
+
+
+def is_vgpu(resource: str, keys: Mapping[str, Any]) -> bool:
+    """Whether `resource` is HAMi's vGPU count on a container that speaks HAMi: the count of
+    a slice and of whole cards alike, so the container's other keys say which."""
+    return resource == GPU and any(key in keys for key in HAMI_KEYS)
+
+
+def card_of(device_id: str) -> str:
+    """The card a kubelet device ID names: a time-slicing replica `GPU-…::3` is its card."""
+    return device_id.split(REPLICA, 1)[0]
+
+
+def hami_cards(annotation: str) -> list[list[tuple[str, int, int]]]:
+    """`hami.io/vgpu-devices-allocated`, per container in order: (card UUID, memory MiB, cores
+    percent) of each vGPU. HAMi writes `UUID,NVIDIA,mem,cores:` per device and `;` after each
+    container's list (`GPU-a,NVIDIA,4915,20:;`)."""
+    containers = []
+    for listed in annotation.split(";")[:-1] if annotation.endswith(";") else annotation.split(";"):
+        devices = []
+        for device in filter(None, listed.split(":")):
+            fields = device.split(",")
+            if len(fields) >= 4:
+                devices.append((fields[0], _count(fields[2]), _count(fields[3])))
+        containers.append(devices)
+    return containers
+
+
+def mig_resource(profile: str) -> str:
+    """The NVIDIA plugin's name for a MIG device: `nvidia.com/mig-3g.40gb`."""
+    return MIG_PREFIX + profile
+
+
+def known_profiles() -> list[str]:
+    """Every partition profile of the core's MIG geometry table."""
+    return sorted({p.name for profiles in mig.GEOMETRY.values() for p in profiles})
+
+
+@functools.cache
+def chargeable_profiles() -> dict[str, int]:
+    """Each MIG profile name with one price on every card model the core knows; a name two
+    models price differently is left out (Kueue cannot tell them apart by the resource name)."""
+    prices: dict[str, set[int]] = {}
+    for profiles in mig.GEOMETRY.values():
+        for profile in profiles:
+            prices.setdefault(profile.name, set()).add(mig.units(profile, profiles))
+    return {name: min(found) for name, found in sorted(prices.items()) if len(found) == 1}
+
+
+def price(profile: str) -> int:
+    """What Kueue charges `nvidia.com/mig-<profile>` under nvidia (0: not chargeable)."""
+    return chargeable_profiles().get(profile, 0)
+
+
+def _replace(key: str, manufacturer: str = "", credits: int = 0) -> dict[str, Any]:
+    """A Kueue transformation: `key` replaced by `credits` per unit, or ignored (no outputs)."""
+    found: dict[str, Any] = {"input": key, "strategy": "Replace"}
+    if manufacturer:
+        found["outputs"] = {
+            resources.credits_resource(manufacturer): quantity.format_decimal(credits)
+        }
+    return found
+
+
+def _other_whole_cards() -> list[dict[str, Any]]:
+    """Other manufacturers' whole cards, under their own plugins' names."""
+    return [_replace(resources.base_of(m), m, D) for m in sorted(resources.BASES) if m != NVIDIA]
+
+
+def _whole(keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
+    for manufacturer in sorted(resources.BASES):
+        cards = _count(keys.get(resources.base_of(manufacturer)))
+        if cards:
+            return manufacturer, Claim(Mode.EXCLUSIVE, cards)
+    return None
+
+
+def _count(value: Any) -> int:
+    try:
+        return quantity.floor(quantity.parse(value))
+    except (QuantityError, TypeError):
+        return 0

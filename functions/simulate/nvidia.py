@@ -1,0 +1,127 @@
+"""The NVIDIA GPU Operator's device plugin, as its documentation describes it.
+
+- Whole cards: each healthy card not in MIG mode is one `nvidia.com/gpu` device, ID its UUID.
+- Time-slicing: a node labelled `nvidia.com/device-plugin.config: <key>` runs the config under
+  that key of the plugin's ConfigMap (`time-slicing-config` in `gpu-operator`, the operator
+  docs' name). `sharing.timeSlicing.resources[{name: nvidia.com/gpu, replicas: r}]` makes each
+  card r devices `<UUID>::<i>`, advertised as `nvidia.com/gpu.shared` when `renameByDefault`
+  is true (else as more `nvidia.com/gpu`); the node then advertises no whole cards. The
+  plugin prefers replicas of the least used cards, but may give one container two replicas
+  of one card.
+- MIG, `mig.strategy: mixed`: each MIG device the MIG manager made is one
+  `nvidia.com/mig-<profile>` device, ID its UUID; the plugin makes and destroys none.
+
+Nothing here reads the product: names and ID formats are the plugin's own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from functions.simulate.client import Client
+from functions.simulate.deviceplugin import Allocate, Card, Grant
+
+GPU = "nvidia.com/gpu"
+SHARED_SUFFIX = ".shared"
+MIG_PREFIX = "nvidia.com/mig-"
+CONFIG_LABEL = "nvidia.com/device-plugin.config"
+CONFIG_MAP = ("gpu-operator", "time-slicing-config")
+REPLICA = "::"
+
+
+class NvidiaPlugin:
+    """The GPU Operator's `nvidia-device-plugin` (the `nvidia` dialect)."""
+
+    def __init__(self, api: Client):
+        self.api = api
+
+    def advertise(self, node: Mapping[str, Any], cards: list[Card]) -> dict[str, int]:
+        found: Counter[str] = Counter()
+        name, replicas = self.time_slicing(node)
+        for card in cards:
+            if card.mig:
+                found.update(MIG_PREFIX + profile for profile, _, _ in card.partitions)
+            elif card.healthy and card.manufacturer == "nvidia":
+                found[name] += replicas
+        return dict(found)
+
+    def time_slicing(self, node: Mapping[str, Any]) -> tuple[str, int]:
+        """The resource name whole-card devices go by on this node, and devices per card."""
+        key = ((node.get("metadata") or {}).get("labels") or {}).get(CONFIG_LABEL)
+        config_map = self.api.get("ConfigMap", CONFIG_MAP[1], CONFIG_MAP[0]) if key else None
+        text = ((config_map or {}).get("data") or {}).get(key or "")
+        sharing = ((yaml.safe_load(text) if text else None) or {}).get("sharing") or {}
+        slicing = sharing.get("timeSlicing") or {}
+        for resource in slicing.get("resources") or []:
+            if resource.get("name") == GPU and int(resource.get("replicas") or 1) > 1:
+                renamed = resource.get("rename") or (
+                    GPU + SHARED_SUFFIX if slicing.get("renameByDefault") else GPU
+                )
+                return renamed, int(resource["replicas"])
+        return GPU, 1
+
+    def allocate(self, call: Allocate) -> list[Grant] | str:
+        grants: list[Grant] = []
+        name, replicas = self.time_slicing(call.node)
+        taken = {device for grant in call.held for device in grant.device_ids}
+        for resource, count in sorted(call.wanted.items()):
+            if resource.startswith(MIG_PREFIX):
+                found = _mig_devices(call.cards, taken, resource, count)
+            elif resource == name:
+                found = _devices(call.cards, taken, resource, count, replicas)
+            else:
+                continue
+            if isinstance(found, str):
+                return found
+            grants += found
+            taken |= {device for grant in found for device in grant.device_ids}
+        return grants
+
+
+def _devices(
+    cards: list[Card], taken: set[str], resource: str, count: int, replicas: int
+) -> list[Grant] | str:
+    """`count` devices: whole cards, or replicas, each of the least used card at the time."""
+    whole = [c for c in cards if c.healthy and not c.mig and c.manufacturer == "nvidia"]
+    chosen, grants = set(taken), []
+    for _ in range(count):
+        used = Counter(device.split(REPLICA, 1)[0] for device in chosen)
+        free = [(c, _device_id(c, i, replicas)) for c in whole for i in range(replicas)]
+        free = [(card, device) for card, device in free if device not in chosen]
+        if not free:
+            return f"{resource}: {count} devices requested, {len(grants)} free"
+        card, device = min(free, key=lambda found: (used[found[0].uuid], found[0].index))
+        chosen.add(device)
+        grants.append(Grant(resource, (device,), card.uuid, _mode(replicas)))
+    return grants
+
+
+def _device_id(card: Card, replica: int, replicas: int) -> str:
+    return f"{card.uuid}{REPLICA}{replica}" if replicas > 1 else card.uuid
+
+
+def _mode(replicas: int) -> str:
+    return "shared" if replicas > 1 else "exclusive"
+
+
+def _mig_devices(
+    cards: list[Card], taken: set[str], resource: str, count: int
+) -> list[Grant] | str:
+    profile = resource[len(MIG_PREFIX) :]
+    free = [
+        (card, placement, uuid)
+        for card in cards
+        if card.healthy
+        for name, placement, uuid in card.partitions
+        if name == profile and uuid not in taken
+    ]
+    if len(free) < count:
+        return f"{resource}: {count} MIG devices requested, {len(free)} free"
+    return [
+        Grant(resource, (uuid,), card.uuid, "partitioned", placement=placement, profile=profile)
+        for card, placement, uuid in free[:count]
+    ]

@@ -1,0 +1,209 @@
+"""The device plugins clusters already run: the example of docs/device-plugins.md, played in the
+simulated cluster with the NVIDIA GPU Operator's plugin and with HAMi.
+
+An 8×H100 node (two cards in MIG mode, one 3g.40gb made by the MIG manager) and two 1×L4
+nodes, one of them time-sliced. The stand-ins are the plugins' documented behaviour
+(functions/simulate/nvidia.py, hami.py); Kueue charges through the shipped configuration of
+each dialect; the node agent's real allocation join reads the plugins' device IDs.
+"""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from functions.cli import main
+from functions.simulate import World, load_documents, world_from
+from tests.support.schemas import ROOT
+
+EXAMPLE = ROOT / "examples" / "device-plugins"
+L4 = "gpustack--nvidia-l4-linux-amd64"
+H100 = "gpustack--nvidia-h100-80gb-hbm3-linux-amd64"
+L4_A, L4_B = "GPU-2b9d7e41-6c3a-4d8f-b105-8e7a9c0d1f2a", "GPU-5e0c3a92-1f4b-4a6d-8c27-3d9b0e6f4a7c"
+H100_0 = "GPU-7c1e0d52-0a4b-4f3e-9d21-5b8e6f40a100"
+MIG_3G = "MIG-4f6a2c1e-8b3d-5e7f-9a0b-1c2d3e4f5a60"
+
+
+def cluster(device_plugin: str) -> World:
+    files = ["devices.yaml", "nodes.yaml", "namespaces.yaml", "gpu-operator.yaml"]
+    world = world_from([EXAMPLE / f for f in [*files, f"catalog-{device_plugin}.yaml"]])
+    world.reconcile()
+    return world
+
+
+def run(world: World, *names: str) -> None:
+    for name in names:
+        world.apply(load_documents(EXAMPLE / f"instance-{name}.yaml")[0])
+    world.reconcile()
+
+
+def row(world: World, pool: str) -> str:
+    return world.get("InstanceType", pool)["status"]["display"]["accelerator"]
+
+
+def keys(world: World, name: str) -> dict[str, str]:
+    """The accelerator keys on the Instance's main container (limits)."""
+    pod = world.get("Pod", name, "default")
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    return {k: v for k, v in limits.items() if k.startswith("nvidia.com/")}
+
+
+def charged(world: World, name: str) -> str:
+    """What Kueue charged the Instance's Pod in credits.gpustack.ai/nvidia."""
+    workload = world.get("Workload", f"pod-{name}", "default")
+    usage = workload["status"]["admission"]["podSetAssignments"][0]["resourceUsage"]
+    return usage["credits.gpustack.ai/nvidia"]
+
+
+def reported(world: World, node: str) -> list[tuple[str, str, str]]:
+    """(pod, card, mode) of each allocation the node agent reported for `node`."""
+    rows = world.get("Devices", node)["spec"].get("allocations") or []
+    return [(r["pod"].split("/")[1], r["device"], r["mode"]) for r in rows]
+
+
+def device_ids(world: World, node: str) -> dict[str, list[str]]:
+    """What the kubelet's pod-resources API lists for `node`: resource → device IDs."""
+    return {e.resource: list(e.device_ids) for e in world.kubelet.pod_resources(node)}
+
+
+def phase_message(world: World, name: str) -> str:
+    status = world.get("Instance", name, "default")["status"]
+    return f"{status['phase']}: {status.get('phaseMessage', '')}"
+
+
+@pytest.fixture(scope="module")
+def nvidia() -> World:
+    world = cluster("nvidia")
+    run(world, "whole", "shared", "partition", "slice")
+    return world
+
+
+def test_nvidia_writes_the_gpu_operators_names_and_kueue_charges_the_credit_rule(nvidia):
+    assert keys(nvidia, "whole") == {"nvidia.com/gpu": "1"}
+    assert keys(nvidia, "shared") == {"nvidia.com/gpu.shared": "2"}
+    assert keys(nvidia, "partition") == {"nvidia.com/mig-3g.40gb": "1"}
+    assert [charged(nvidia, n) for n in ("whole", "shared", "partition")] == [
+        "1600k",
+        "320k",
+        "800k",
+    ]
+
+
+def test_nvidia_each_runs_and_the_agent_joins_the_plugins_device_ids(nvidia):
+    for name in ("whole", "shared", "partition"):
+        assert phase_message(nvidia, name) == "Ready: "
+    assert device_ids(nvidia, "node-l4-a") == {"nvidia.com/gpu": [L4_A]}
+    assert device_ids(nvidia, "node-l4-b") == {
+        "nvidia.com/gpu.shared": [f"{L4_B}::0", f"{L4_B}::1"]
+    }
+    assert device_ids(nvidia, "node-h100") == {"nvidia.com/mig-3g.40gb": [MIG_3G]}
+    assert reported(nvidia, "node-l4-a") == [("whole", L4_A, "Exclusive")]
+    # Two time-slicing replicas of the one L4 (`<UUID>::0`, `<UUID>::1`): two shares of it.
+    assert reported(nvidia, "node-l4-b") == [("shared", L4_B, "Shared")] * 2
+    assert nvidia.get("Devices", "node-h100")["spec"]["allocations"] == [
+        {
+            "pod": "default/partition",
+            "container": "main",
+            "device": H100_0,
+            "mode": "Partitioned",
+            "profile": "3g.40gb",
+            "placement": {"start": 0, "size": 4},
+        }
+    ]
+
+
+def test_nvidia_rows_move_as_the_ledger_says_and_slicing_reads_zero(nvidia):
+    # L4: both cards taken (one whole, one shared by replicas), 8 shares left on the shared one;
+    # H100: the one 3g.40gb the MIG manager made is taken; no column offers a slice.
+    assert row(nvidia, L4) == "0/0 1/8 0/0 0/0"
+    assert row(nvidia, H100) == "6/6 6/60 0/0 0/0"
+    offers = nvidia.get("InstanceType", L4)["status"]["offers"]
+    assert offers["modes"] == ["Exclusive", "Shared"]
+
+
+def test_nvidia_refuses_a_slice_naming_the_setting(nvidia):
+    assert phase_message(nvidia, "slice") == (
+        "Refused: spec.resources.acceleratorSlicedMemoryPercentage: devicePlugin: nvidia "
+        "(the NVIDIA GPU Operator's device plugin) cannot give a memory slice of a card of "
+        f"instance type {L4}; the cluster's device plugin must be gpustack or hami "
+        "(the Catalog's spec.devicePlugin) for this request"
+    )
+    assert nvidia.get("Pod", "slice", "default") is None
+
+
+def test_nvidia_offers_only_the_mig_profiles_kueue_can_price():
+    world = cluster("nvidia")
+    assert row(world, H100) == "6/6 6/60 0/0 1/1"  # one free 3g.40gb, the one that exists
+    offered = world.get("InstanceType", H100)["status"]["offers"]["profiles"]
+    # 1g.10gb is an eighth of an H100 but a quarter of an A100 40GB: no one price by name.
+    assert [p["name"] for p in offered] == ["1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]
+    assert {p["name"]: p["credits"] for p in offered}["3g.40gb"] == 800_000
+
+
+@pytest.fixture(scope="module")
+def hami() -> World:
+    world = cluster("hami")
+    run(world, "whole", "slice", "shared", "partition")
+    return world
+
+
+def test_hami_runs_the_slice_on_the_card_its_scheduler_chose(hami):
+    assert keys(hami, "slice") == {
+        "nvidia.com/gpu": "1",
+        "nvidia.com/gpumem-percentage": "20",
+        "nvidia.com/gpucores": "20",
+    }
+    assert keys(hami, "whole") == {
+        "nvidia.com/gpu": "1",
+        "nvidia.com/gpumem-percentage": "100",
+        "nvidia.com/gpucores": "100",
+    }
+    assert (charged(hami, "slice"), charged(hami, "whole")) == ("320k", "1600k")
+    pod = hami.get("Pod", "slice", "default")
+    chosen = pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+    card = chosen.split(",")[0]
+    node = pod["spec"]["nodeName"]
+    assert chosen == f"{card},NVIDIA,4606,20:;"  # 20 % of the L4's 23034 MiB
+    # The kubelet's vGPU id names no choice; the agent reads HAMi's annotation instead.
+    assert device_ids(hami, node) == {"nvidia.com/gpu": [f"{card}-0"]}
+    rows = hami.get("Devices", node)["spec"]["allocations"]
+    assert [
+        (r["device"], r["mode"], r["memoryPercentage"], r["coresPercentage"]) for r in rows
+    ] == [(card, "Sliced", 20, 20)]
+    assert row(hami, L4) == "0/0 0/0 80/80 0/0"
+
+
+def test_hami_refuses_shares_and_partitions_naming_the_setting(hami):
+    for name, what in (("shared", "shares of a card"), ("partition", "a hardware partition")):
+        message = phase_message(hami, name)
+        assert message.startswith("Refused: ")
+        assert f"devicePlugin: hami (HAMi) cannot give {what}" in message
+        assert "must be gpustack or nvidia (the Catalog's spec.devicePlugin)" in message
+
+
+@pytest.mark.parametrize("device_plugin", ["nvidia", "hami"])
+def test_the_example_prints_what_docs_device_plugins_shows(device_plugin):
+    """After an intended change, refresh with `gpustack-fn simulate
+    examples/device-plugins/scenario-<plugin>.yaml > examples/device-plugins/expected-<plugin>.txt`."""
+    scenario = EXAMPLE / f"scenario-{device_plugin}.yaml"
+    result = CliRunner().invoke(main, ["simulate", str(scenario)])
+    assert result.exit_code == 0, result.output
+    assert result.output == (EXAMPLE / f"expected-{device_plugin}.txt").read_text()
+
+
+def test_hami_the_agent_follows_hamis_choice_not_the_kubelets_vgpu_ids():
+    world = cluster("hami")
+    for name in ("whole", "slice"):
+        instance = load_documents(EXAMPLE / f"instance-{name}.yaml")[0]
+        instance["metadata"]["name"] = f"h100-{name}"
+        instance["spec"]["type"] = H100
+        world.apply(instance)
+    world.reconcile()
+    kubelet = {e.pod: e.device_ids[0] for e in world.kubelet.pod_resources("node-h100")}
+    rows = {r["pod"]: r["device"] for r in world.get("Devices", "node-h100")["spec"]["allocations"]}
+    # HAMi put the slice on the first card and the whole card (100 cores: alone) on the next;
+    # the kubelet handed out the first free vGPU ids, both of the first card.
+    first, second = (f"{H100_0[:-2]}{i:02d}" for i in (2, 3))
+    assert kubelet == {"default/h100-slice": f"{first}-0", "default/h100-whole": f"{first}-1"}
+    assert rows == {"default/h100-slice": first, "default/h100-whole": second}
+    assert row(world, H100) == "4/4 0/0 100/480 0/0"
