@@ -9,11 +9,17 @@ each dialect; the node agent's real allocation join reads the plugins' device ID
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from click.testing import CliRunner
 
+from functions.agent.agent import Agent
+from functions.agent.nvml import FakeNvml
+from functions.agent.podresources import list_devices
 from functions.cli import main
 from functions.simulate import World, load_documents, world_from
+from tests.support.fake_kubelet import fake_kubelet
 from tests.support.schemas import ROOT
 
 EXAMPLE = ROOT / "examples" / "device-plugins"
@@ -207,3 +213,53 @@ def test_hami_the_agent_follows_hamis_choice_not_the_kubelets_vgpu_ids():
     assert kubelet == {"default/h100-slice": f"{first}-0", "default/h100-whole": f"{first}-1"}
     assert rows == {"default/h100-slice": first, "default/h100-whole": second}
     assert row(world, H100) == "4/4 0/0 100/480 0/0"
+
+
+def test_the_agent_joins_the_gpu_operators_ids_through_the_kubelets_socket(tmp_path):
+    """The node agent end to end: NVML (recorded) and a kubelet pod-resources server on a real
+    Unix socket answering with the GPU Operator plugin's IDs."""
+    mig_uuid = "MIG-5f2a7c1e-0d3b-5e8a-9c4f-1a2b3c4d5e6f"
+    whole = "GPU-9c1e2f3a-4b5c-6d7e-8f90-a1b2c3d4e501"
+
+    def pod(name: str, limits: dict) -> dict:
+        return {
+            "metadata": {"namespace": "team", "name": name},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+            "status": {"phase": "Running"},
+        }
+
+    class Kube:
+        pods = (
+            pod("infer", {"nvidia.com/mig-3g.40gb": "1"}),
+            pod("notebook", {"nvidia.com/gpu.shared": "2"}),
+        )
+
+        def node_cpu_capacity(self, node: str) -> int:
+            return 224
+
+        def pods_on(self, node: str) -> list[dict]:
+            return list(self.pods)
+
+        def apply_devices(self, devices: dict) -> None:
+            pass
+
+    with fake_kubelet(tmp_path) as (kubelet, socket):
+        kubelet.assign("team", "infer", "main", "nvidia.com/mig-3g.40gb", mig_uuid)
+        kubelet.assign(
+            "team", "notebook", "main", "nvidia.com/gpu.shared", f"{whole}::0", f"{whole}::4"
+        )
+        agent = Agent(
+            "node-h100",
+            FakeNvml.from_file(ROOT / "tests" / "fixtures" / "nvml" / "h100-mig.yaml"),
+            Kube(),
+            partial(list_devices, socket),
+            ROOT / "tests" / "fixtures" / "cpuinfo" / "node-t4-b.txt",
+            os="linux",
+            arch="amd64",
+        )
+        rows = agent.build()["spec"]["allocations"]
+    assert [(r["pod"], r["device"], r["mode"], r.get("profile")) for r in rows] == [
+        ("team/infer", "GPU-9c1e2f3a-4b5c-6d7e-8f90-a1b2c3d4e500", "Partitioned", "3g.40gb"),
+        ("team/notebook", whole, "Shared", None),
+        ("team/notebook", whole, "Shared", None),
+    ]
