@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
@@ -12,6 +14,9 @@ from tests.support.schemas import ROOT
 
 WALKTHROUGH, CLASSES = ROOT / "examples" / "walkthrough", ROOT / "examples" / "gpuclass"
 TOKEN = "c3ludGhldGljLXRva2Vu"
+FEATURE_TYPE_1 = (
+    "RmVhdHVyZVR5cGU9MQo="  # base64 of "FeatureType=1\n", the licensing client's gridd.conf
+)
 
 
 @pytest.fixture
@@ -119,7 +124,8 @@ REFUSALS = [
             {"className": "example-whole-gpu", "count": 4},
         ],
         "InvalidGPUs",
-        "spec.gpus: GPU class example-whole-gpu allows at most 8 units per VM, requested 9",
+        # gpu-b (8) is tainted and gpu-c (8) cordoned: one eligible node, gpu-a, holds 4
+        "spec.gpus: GPU class example-whole-gpu allows at most 4 units per VM, requested 9",
     ),
 ]
 
@@ -170,7 +176,7 @@ def test_a_licensed_vgpu_waits_for_its_license_then_gets_a_gpulicense_disk(world
     )
     world.reconcile()
     copy_ = world.get("Secret", "vm-1-gpu-license", "default")
-    assert copy_["data"] == {"client_configuration_token.tok": TOKEN}
+    assert copy_["data"] == {"client_configuration_token.tok": TOKEN, "gridd.conf": FEATURE_TYPE_1}
     vmi = world.get("VirtualMachineInstance", "vm-1", "default")
     assert {"name": "gpulicense", "serial": "GPULICENSE", "disk": {"bus": "virtio"}} in vmi["spec"][
         "domain"
@@ -189,3 +195,302 @@ def test_raw_entries_pass_through(world):
     assert world.get("VirtualMachineInstance", "vm-1", "default")["spec"]["domain"]["devices"][
         "gpus"
     ] == [{"name": "gpu-0", "deviceName": "example.com/whole-gpu"}]
+
+
+# --- a running VM keeps running; refusals apply to starts (seed 003) ---------------------------
+
+LICENSE = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "example-vgpu-license", "namespace": "cozy-system"},
+    "data": {"client_configuration_token.tok": TOKEN},
+}
+
+
+def licensed(world: World) -> World:
+    """A running licensed vGPU VM `vm-1`: entitled platform, the license Secret present."""
+    world.patch("Catalog", "default", {"vgpuEntitlement": True})
+    world.apply(LICENSE)
+    world.apply(vm([{"className": "example-licensed-vgpu"}]))
+    world.reconcile()
+    assert status(world)["phase"] == "Ready"
+    return world
+
+
+def condition(world: World, type_: str, name: str = "vm-1") -> tuple[str, str, str]:
+    found = next(c for c in status(world, name)["conditions"] if c["type"] == type_)
+    return found["status"], found["reason"], found.get("message", "")
+
+
+def workload(world: World, name: str = "vm-1") -> tuple[dict | None, dict | None]:
+    """The VMI's spec and the license copy's data, as the cluster holds them."""
+    vmi = world.get("VirtualMachineInstance", name, "default")
+    copy_ = world.get("Secret", f"{name}-gpu-license", "default")
+    return (vmi or {}).get("spec"), (copy_ or {}).get("data")
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    change: Callable[[World], None]
+    reason: str  # RestartRequired's reason, and a new VM's refusal or wait
+
+
+CHANGES = [
+    Change(
+        "the license Secret is deleted to rotate it",
+        lambda w: w.delete("Secret", "example-vgpu-license", "cozy-system"),
+        "WaitingForLicense",
+    ),
+    Change(
+        "the class is deleted",
+        lambda w: w.delete("GPUClass", "example-licensed-vgpu"),
+        "GPUClassNotFound",
+    ),
+    Change(
+        "vGPU entitlement is turned off",
+        lambda w: w.patch("Catalog", "default", {"vgpuEntitlement": False}),
+        "VGPUNotEntitled",
+    ),
+    Change(
+        "the resource is un-permitted in KubeVirt",
+        lambda w: w.get("KubeVirt", "kubevirt", "cozy-kubevirt")["spec"]["configuration"][
+            "permittedHostDevices"
+        ].pop("mediatedDevices"),
+        "ResourceNotPermitted",
+    ),
+    Change(
+        "the source resource is renamed",
+        lambda w: w.patch(
+            "GPUClass",
+            "example-licensed-vgpu",
+            {"source": {"devicePlugin": {"resourceName": "example.com/renamed-vgpu"}}},
+        ),
+        "ResourceNotPermitted",  # a new start checks the replacement resource against KubeVirt
+    ),
+    Change(
+        "the license is rotated to a new token",
+        lambda w: w.apply({**LICENSE, "data": {"client_configuration_token.tok": "bmV3LXRva2Vu"}}),
+        "LicenseChanged",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CHANGES, ids=[c.name for c in CHANGES])
+def test_a_running_vm_keeps_its_vmi_and_says_the_change_applies_at_the_next_start(world, case):
+    licensed(world)
+    before = workload(world)
+    assert condition(world, "RestartRequired")[:2] == ("False", "UpToDate")
+    case.change(world)
+    world.reconcile()
+    assert workload(world) == before  # the VMI and its license copy, unchanged
+    assert status(world)["phase"] == "Ready"
+    found, reason, message = condition(world, "RestartRequired")
+    assert (found, reason) == ("True", case.reason)
+    assert message.endswith(
+        "this applies at its next start (set spec.stop to true, then back to false)"
+    )
+    assert status(world)["phaseMessage"] == message
+    assert TOKEN not in repr(world.get("Instance", "vm-1", "default"))
+
+
+@pytest.mark.parametrize("case", CHANGES[:4], ids=[c.name for c in CHANGES[:4]])
+def test_a_new_vm_in_the_same_state_is_refused_or_waits(world, case):
+    licensed(world)
+    case.change(world)
+    world.apply(vm([{"className": "example-licensed-vgpu"}], name="vm-2"))
+    world.reconcile()
+    assert world.get("VirtualMachineInstance", "vm-2", "default") is None
+    admitted = condition(world, "Admitted", "vm-2")
+    assert (admitted[0], admitted[1]) == ("False", case.reason)
+    assert status(world, "vm-2")["phase"] == (
+        "Starting" if case.reason.startswith("Wait") else "Refused"
+    )
+
+
+def test_the_next_start_applies_the_change(world):
+    licensed(world)
+    world.patch(
+        "GPUClass",
+        "example-licensed-vgpu",
+        {"source": {"devicePlugin": {"resourceName": "example.com/other-vgpu"}}},
+    )
+    world.get("KubeVirt", "kubevirt", "cozy-kubevirt")["spec"]["configuration"][
+        "permittedHostDevices"
+    ]["mediatedDevices"].append(
+        {"mdevNameSelector": "OTHER", "resourceName": "example.com/other-vgpu"}
+    )
+    world.get("Node", "gpu-a")["status"]["allocatable"]["example.com/other-vgpu"] = "8"
+    world.reconcile()
+    assert condition(world, "RestartRequired")[1] == "GPUClassChanged"
+    assert "GPU devices differ" in condition(world, "RestartRequired")[2]
+    world.patch("Instance", "vm-1", {"stop": True}, "default")
+    world.reconcile()
+    assert world.get("VirtualMachineInstance", "vm-1", "default") is None
+    world.patch("Instance", "vm-1", {"stop": False}, "default")
+    world.reconcile()
+    gpus = workload(world)[0]["domain"]["devices"]["gpus"]
+    assert gpus == [{"name": "gpu-0", "deviceName": "example.com/other-vgpu"}]
+    assert condition(world, "RestartRequired")[:2] == ("False", "UpToDate")
+
+
+# --- a shortage waits; limits count eligible nodes only ----------------------------------------
+
+NEW_GPU = {
+    "apiVersion": "cozystack.io/v1alpha1",
+    "kind": "GPUClass",
+    "metadata": {"name": "example-new-gpu"},
+    "spec": {
+        "vendor": "example",
+        "model": "example-model-2",
+        "mode": "passthrough",
+        "source": {"devicePlugin": {"resourceName": "example.com/new-gpu"}},
+    },
+}
+
+
+def node(name: str, gpus: int, ready: str = "True") -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": {"example.com/new-gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+@pytest.fixture
+def new_gpu(world) -> World:
+    world.get("KubeVirt", "kubevirt", "cozy-kubevirt")["spec"]["configuration"][
+        "permittedHostDevices"
+    ]["pciHostDevices"].append(
+        {"pciVendorSelector": "10DE:2330", "resourceName": "example.com/new-gpu"}
+    )
+    world.apply(NEW_GPU)
+    world.reconcile()
+    return world
+
+
+def test_a_class_no_node_advertises_yet_waits_and_starts_when_a_node_appears(new_gpu):
+    world = new_gpu
+    world.apply(vm([{"className": "example-new-gpu", "count": 2}]))
+    world.reconcile()
+    assert status(world)["phase"] == "Scheduling"
+    assert status(world)["phaseMessage"] == (
+        "spec.gpus: no eligible node (Ready, schedulable, its taints tolerated) advertises "
+        "example.com/new-gpu yet; the VM waits and starts when one does"
+    )
+    assert condition(world, "Scheduled")[:2] == ("False", "WaitingForCapacity")
+    assert condition(world, "Admitted")[0] == "True"  # composed, never refused
+    world.apply(node("gpu-new", 2))
+    world.reconcile()
+    assert (status(world)["phase"], status(world)["nodeName"]) == ("Ready", "gpu-new")
+    assert condition(world, "Scheduled")[:2] == ("True", "Scheduled")
+
+
+def test_the_per_vm_limit_counts_eligible_nodes_only(new_gpu):
+    world = new_gpu
+    world.apply(node("gpu-ready", 2), node("gpu-not-ready", 8, ready="False"))
+    world.apply(vm([{"className": "example-new-gpu", "count": 4}]))
+    world.reconcile()
+    assert status(world)["phaseMessage"] == (
+        "spec.gpus: GPU class example-new-gpu allows at most 2 units per VM, requested 4"
+    )
+
+
+# --- vGPU entitlement: the platform's, each tenant's and every parent's ------------------------
+
+ENTITLED = "gpu.cozystack.io/vgpu"
+
+
+def tenant(name: str, *ancestors: str, entitled: bool = False) -> dict:
+    """A Cozystack tenant namespace: a tenant label for itself and for each ancestor."""
+    labels = {f"tenant.cozystack.io/{t}": "" for t in (*ancestors, name)}
+    if entitled:
+        labels[ENTITLED] = "true"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def tenant_vm(namespace: str) -> dict:
+    found = vm([{"className": "example-licensed-vgpu"}], name="vm-t")
+    found["metadata"]["namespace"] = namespace
+    return found
+
+
+@dataclass(frozen=True)
+class TenantCase:
+    name: str
+    namespaces: list[dict]
+    vm_namespace: str
+    refused: str  # "" when entitled
+
+
+TENANTS = [
+    TenantCase(
+        "an entitled child of the root tenant starts",
+        [tenant("tenant-root"), tenant("tenant-alpha", "tenant-root", entitled=True)],
+        "tenant-alpha",
+        "",
+    ),
+    TenantCase(
+        "a child tenant without its own entitlement is refused",
+        [tenant("tenant-root"), tenant("tenant-alpha", "tenant-root")],
+        "tenant-alpha",
+        "tenant namespace tenant-alpha is not entitled to vGPU: a tenant needs its own "
+        "entitlement and an entitled parent; label namespace tenant-alpha with "
+        'gpu.cozystack.io/vgpu: "true"',
+    ),
+    TenantCase(
+        "a child tenant without an entitled parent is refused",
+        [
+            tenant("tenant-root"),
+            tenant("tenant-alpha", "tenant-root"),
+            tenant("tenant-alpha-beta", "tenant-root", "tenant-alpha", entitled=True),
+        ],
+        "tenant-alpha-beta",
+        "the parent tenant namespace tenant-alpha of tenant-alpha-beta is not entitled to vGPU: "
+        "a tenant needs its own entitlement and an entitled parent; label namespace tenant-alpha "
+        'with gpu.cozystack.io/vgpu: "true"',
+    ),
+    TenantCase(
+        "a grandchild with an entitled chain starts",
+        [
+            tenant("tenant-root"),
+            tenant("tenant-alpha", "tenant-root", entitled=True),
+            tenant("tenant-alpha-beta", "tenant-root", "tenant-alpha", entitled=True),
+        ],
+        "tenant-alpha-beta",
+        "",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", TENANTS, ids=[c.name for c in TENANTS])
+def test_a_tenant_is_entitled_when_it_and_every_parent_are(world, case):
+    world.patch("Catalog", "default", {"vgpuEntitlement": True})
+    world.apply(LICENSE, *case.namespaces)
+    world.apply(tenant_vm(case.vm_namespace))
+    world.reconcile()
+    found = world.get("Instance", "vm-t", case.vm_namespace)["status"]
+    if not case.refused:
+        assert found["phase"] == "Ready"
+        return
+    assert (found["phase"], found["phaseMessage"]) == (
+        "Refused",
+        "spec.gpus[0].className: GPU class example-licensed-vgpu is a vGPU offer and "
+        + case.refused,
+    )
+    assert world.get("VirtualMachineInstance", "vm-t", case.vm_namespace) is None
+
+
+def test_a_licensed_class_delivers_its_feature_type(world):
+    world.patch("Catalog", "default", {"vgpuEntitlement": True})
+    world.patch(
+        "GPUClass",
+        "example-licensed-vgpu",
+        {"license": {"secretName": "example-vgpu-license", "featureType": 4}},
+    )
+    licensed(world)
+    assert workload(world)[1]["gridd.conf"] == "RmVhdHVyZVR5cGU9NAo="  # FeatureType=4

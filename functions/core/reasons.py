@@ -13,6 +13,9 @@ INPUTS_READABLE = "InputsReadable"  # a pool handler skipped objects it could no
 RESOURCE_NAME_CONFLICT = "ResourceNameConflict"  # GPUClass
 RESOURCE_NAME_NOT_PERMITTED = "ResourceNameNotPermitted"  # GPUClass
 LICENSE_SECRET_MISSING = "LicenseSecretMissing"  # GPUClass
+RESTART_REQUIRED = "RestartRequired"  # a running VM keeps what it started with; True: what changed
+SCHEDULED = "Scheduled"  # a VM's VMI is placed on a node (also the True reason); False: why not
+WORKERS_READY = "WorkersReady"  # KubernetesNodes: every desired worker VMI is Ready
 
 # --- Instance: refusals (the Instance composes nothing until the spec or the cluster changes) --
 INVALID_RESOURCES = "InvalidResources"
@@ -31,6 +34,7 @@ GPU_CLASS_CONFLICT = "GPUClassConflict"
 RESOURCE_NOT_PERMITTED = "ResourceNotPermitted"
 VGPU_NOT_ENTITLED = "VGPUNotEntitled"
 INVALID_GPUS = "InvalidGPUs"
+PASSTHROUGH_ONLY = "PassthroughOnly"  # a KubernetesNodes pool takes passthrough classes only
 IMMUTABLE = "Immutable"  # a field that cannot change while the workload runs
 
 # --- Instance: waits (the Instance starts by itself once the cluster catches up) --------------
@@ -40,15 +44,20 @@ READING_NODE = "ReadingNode"
 READING_GPU_CLASSES = "ReadingGPUClasses"
 WAITING_FOR_VOLUME = "WaitingForVolume"
 WAITING_FOR_LICENSE = "WaitingForLicense"
+WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a shortage: no eligible node has the GPUs yet
 
 # --- Instance: running and stopped ------------------------------------------------------------
 POD_COMPOSED = "PodComposed"
 VMI_COMPOSED = "VirtualMachineInstanceComposed"
+UP_TO_DATE = "UpToDate"  # RestartRequired=False: the running VM is what a start would make
+GPU_CLASS_CHANGED = "GPUClassChanged"  # RestartRequired=True: a start would make another VMI
+LICENSE_CHANGED = "LicenseChanged"  # RestartRequired=True: the license Secret was rotated
 STOPPED = "Stopped"
 
 # --- results ----------------------------------------------------------------------------------
 ALLOCATION_CONFLICT = "AllocationConflict"  # Devices: an observed allocation the ledger refused
 UNREADABLE_OBJECT = "UnreadableObject"  # a required object skipped: its kind, name and field
+INVALID_GPU_CLASS = "InvalidGPUClass"  # GPUClass: a field the XRD refuses (Fatal, offline too)
 
 # --- GPUClass condition reasons -----------------------------------------------------------------
 CONFLICT, UNIQUE = "Conflict", "Unique"

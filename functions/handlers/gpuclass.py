@@ -7,16 +7,29 @@ Conditions: `ResourceNameConflict` (another, older class advertises the same res
 offer is not available), `ResourceNameNotPermitted` (KubeVirt's permittedHostDevices lacks it),
 `LicenseSecretMissing` (a licensed class's source Secret or token key is absent). License token
 bytes are only tested for presence; they never appear in any output.
+
+The seed's field rules are checked here as well as in the XRD (`SPEC_RULES`): the name rule is a
+root CEL rule that Crossplane copies into the CRD only from v2.2.0, and offline render has no
+API server, so a class the schema refuses is a Fatal result naming the field here too.
+
+vGPU entitlement (seed 003) is decided here for every handler that starts a VM: the platform's
+is the Catalog's `vgpuEntitlement`; a Cozystack tenant namespace — one that carries
+`tenant.cozystack.io/<its name>`, as the tenant chart stamps it together with one such label per
+ancestor tenant — is entitled only when it and every parent tenant namespace carry
+`gpu.cozystack.io/vgpu: "true"`, the root tenant (no parent) excepted: its entitlement is the
+platform's. A namespace that is no tenant's is judged by the platform's alone.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from functions.core import apis, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
+from functions.core.settings import DNS_LABEL
 from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, catalog_settings
@@ -24,6 +37,15 @@ from functions.handlers.readiness import condition
 from functions.views import View
 
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+FEATURE_TYPES = (1, 4)  # license.featureType: NVIDIA vGPU (1) or Virtual Compute Server (4)
+DEFAULT_FEATURE_TYPE = 1
+
+# Cozystack's tenant namespaces carry `tenant.cozystack.io/<namespace>` for themselves and for
+# every ancestor tenant (packages/apps/tenant, `tenant.ancestorTenantLabels`).
+TENANT_LABEL = "tenant.cozystack.io/"
+# A tenant's own vGPU entitlement: Cozystack publishes no namespace label for it yet; ours.
+VGPU_ENTITLED_LABEL = "gpu.cozystack.io/vgpu"
+PLATFORM_NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitlement" setting'
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
@@ -45,12 +67,35 @@ def requirements(request: Request) -> dict[str, Requirement]:
 
 def compose(request: Request) -> Desired:
     desired = Desired()
+    problem = spec_problem(request.xr)
+    if problem is not None:  # what the schema refuses: a Fatal result naming the field
+        desired.fatal(f"{problem[0]}: {problem[1]}", reasons.INVALID_GPU_CLASS)
+        return desired
     spec = request.xr.view("spec")
     resource = spec.str("source", "devicePlugin", "resourceName")
     conflict = conflicting_class_of(request.xr, request.required("classes") or [])
     permitted = is_permitted(request.required("kubevirt"), resource)
     license_problem = license_missing(request, spec)
+    report(desired, spec, resource, conflict, permitted, license_problem)
+    free = [] if conflict else free_per_node(request, spec, resource)
+    desired.status = {
+        "resourceName": resource,
+        "free": sum(free),
+        "maxFreePerNode": max(free, default=0),
+    }
+    desired.composite_ready = conflict is None and permitted and license_problem is None
+    return desired
 
+
+def report(
+    desired: Desired,
+    spec: View,
+    resource: str,
+    conflict: str | None,
+    permitted: bool,
+    license_problem: str | None,
+) -> None:
+    """The seed's three conditions."""
     desired.condition(
         reasons.RESOURCE_NAME_CONFLICT,
         conflict is not None,
@@ -76,14 +121,6 @@ def compose(request: Request) -> Desired:
         reasons.MISSING if license_problem else license_reason,
         license_problem or "",
     )
-    free = [] if conflict else free_per_node(request, spec, resource)
-    desired.status = {
-        "resourceName": resource,
-        "free": sum(free),
-        "maxFreePerNode": max(free, default=0),
-    }
-    desired.composite_ready = conflict is None and permitted and license_problem is None
-    return desired
 
 
 def conflicting_class_of(gpu_class: View, classes: list[View]) -> str | None:
@@ -181,6 +218,179 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
         return not key or key == taint.get("key")
     return key == (taint.get("key") or "") and (toleration.get("value") or "") == (
         taint.get("value") or ""
+    )
+
+
+# --- the seed's field rules, as the XRD states them --------------------------------------------
+
+Problem = tuple[str, str]  # (field path, what is wrong and what to do)
+
+
+def _name_rule(gpu_class: View) -> Problem | None:
+    name = gpu_class.name
+    if len(name) <= names.LABEL_MAX and re.fullmatch(DNS_LABEL, name):
+        return None
+    return (
+        "metadata.name",
+        "a GPUClass name is a DNS label of at most 63 characters: lowercase letters, digits "
+        f"and '-', starting and ending with a letter or digit (got {name!r}); create the class "
+        "under such a name",
+    )
+
+
+def _mode_rule(gpu_class: View) -> Problem | None:
+    spec = gpu_class.view("spec")
+    mode = spec.str("mode")
+    if mode not in ("passthrough", "vgpu"):
+        return ("spec.mode", f"must be passthrough or vgpu, got {mode!r}")
+    if mode == "vgpu" and not spec.str("profile"):
+        return ("spec.profile", "a vgpu class requires profile")
+    if mode == "passthrough" and (spec.has("profile") or spec.has("license")):
+        return ("spec", "a passthrough class permits neither profile nor license")
+    return None
+
+
+def _source_rule(gpu_class: View) -> Problem | None:
+    if gpu_class.str("spec", "source", "devicePlugin", "resourceName"):
+        return None
+    return (
+        "spec.source.devicePlugin.resourceName",
+        "is required: name the extended resource the device plugin advertises (devicePlugin is "
+        "the only supported source)",
+    )
+
+
+def _count_rule(gpu_class: View) -> Problem | None:
+    max_count = gpu_class.get("spec", "maxCount")
+    if max_count is None or (whole(max_count) and 1 <= max_count <= 1024):
+        return None
+    return ("spec.maxCount", f"must be a whole number from 1 to 1024, got {max_count!r}")
+
+
+def _memory_rule(gpu_class: View) -> Problem | None:
+    memory = gpu_class.get("spec", "memory")
+    if memory is None:
+        return None
+    try:
+        if isinstance(memory, str) and quantity.parse(memory) > 0:
+            return None
+    except QuantityError:
+        pass
+    return ("spec.memory", f"must be a positive quantity such as 16Gi, got {memory!r}")
+
+
+def _license_rule(gpu_class: View) -> Problem | None:
+    if not gpu_class.has("spec", "license"):
+        return None
+    if not gpu_class.str("spec", "license", "secretName"):
+        return ("spec.license.secretName", "is required: name the license Secret")
+    feature_type = gpu_class.get("spec", "license", "featureType")
+    if feature_type is None or (whole(feature_type) and int(feature_type) in FEATURE_TYPES):
+        return None
+    return ("spec.license.featureType", f"must be 1 or 4, got {feature_type!r}")
+
+
+def _tolerations_rule(gpu_class: View) -> Problem | None:
+    for index, toleration in enumerate(gpu_class.list("spec", "tolerations").views()):
+        at = f"spec.tolerations[{index}]"
+        operator = toleration.str("operator") or "Equal"
+        if operator not in ("Exists", "Equal"):
+            return (f"{at}.operator", f"must be Exists or Equal, got {operator!r}")
+        if operator == "Exists" and toleration.str("value"):
+            return (at, "an Exists toleration has no value")
+        if toleration.has("tolerationSeconds") and toleration.str("effect") != "NoExecute":
+            return (at, "tolerationSeconds applies only with effect NoExecute")
+    return None
+
+
+SPEC_RULES: tuple[Callable[[View], Problem | None], ...] = (
+    _name_rule,
+    _mode_rule,
+    _source_rule,
+    _count_rule,
+    _memory_rule,
+    _license_rule,
+    _tolerations_rule,
+)
+
+
+def spec_problem(gpu_class: View) -> Problem | None:
+    """The first of the seed's field rules the class breaks, or None."""
+    return next((p for rule in SPEC_RULES if (p := rule(gpu_class)) is not None), None)
+
+
+def whole(value: Any) -> bool:
+    """An integer as a Struct carries it (a float with no fraction), never a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == int(value)
+
+
+def feature_type(gpu_class: View) -> int:
+    """The licensed class's `license.featureType` (default 1)."""
+    value = gpu_class.get("spec", "license", "featureType")
+    return int(value) if whole(value) else DEFAULT_FEATURE_TYPE
+
+
+# --- vGPU entitlement (seed 003: the platform's, each tenant's, and every parent tenant's) -------
+
+
+def tenant_namespaces(namespace: View | None) -> list[str]:
+    """The tenant namespaces a namespace's labels name: itself and its ancestors ([]: no tenant)."""
+    if namespace is None:
+        return []
+    found = sorted(
+        key.removeprefix(TENANT_LABEL) for key in namespace.labels() if key.startswith(TENANT_LABEL)
+    )
+    return found if namespace.name in found else []
+
+
+def entitlement_requirements(request: Request) -> dict[str, Requirement]:
+    """The Instance's namespace; once read, every ancestor tenant namespace it names."""
+    found = {"namespace": Requirement(apis.CORE, "Namespace", match_name=request.namespace)}
+    for tenant in tenant_namespaces(request.required_one("namespace")):
+        if tenant != request.namespace:
+            found[tenant_key(tenant)] = Requirement(apis.CORE, "Namespace", match_name=tenant)
+    return found
+
+
+def tenant_key(tenant: str) -> str:
+    return f"tenant:{tenant}"
+
+
+def vgpu_not_entitled(platform: bool, request: Request) -> str | None:
+    """Why vGPU is not entitled in the request's namespace; None: entitled.
+
+    The chain is judged from the root down, so the message names the highest tenant that
+    breaks it. Call it once the namespace requirements are resolved."""
+    if not platform:
+        return PLATFORM_NOT_ENTITLED
+    own = request.required_one("namespace")
+    chain: list[tuple[str, View | None]] = []
+    for tenant in tenant_namespaces(own):
+        found = own if tenant == request.namespace else request.required_one(tenant_key(tenant))
+        chain.append((tenant, found))
+    chain.sort(key=lambda link: (len(tenant_namespaces(link[1])), link[0]))
+    for tenant, found in chain:
+        why = _tenant_not_entitled(tenant, found, request.namespace)
+        if why:
+            return why
+    return None
+
+
+def _tenant_not_entitled(tenant: str, namespace: View | None, own: str) -> str | None:
+    whose = (
+        f"tenant namespace {own}"
+        if tenant == own
+        else f"the parent tenant namespace {tenant} of {own}"
+    )
+    if namespace is None:
+        return f"{whose} is not entitled to vGPU: the namespace was not found"
+    if tenant_namespaces(namespace) == [tenant]:
+        return None  # the root tenant: entitled by the platform
+    if namespace.labels().get(VGPU_ENTITLED_LABEL) == labels.TRUE:
+        return None
+    return (
+        f"{whose} is not entitled to vGPU: a tenant needs its own entitlement and an entitled "
+        f'parent; label namespace {tenant} with {VGPU_ENTITLED_LABEL}: "true"'
     )
 
 

@@ -3,7 +3,13 @@
 Every decision returns a value, never raises: `Stopped` (no workload, and why), `Refused` (a
 spec the cluster will never take as it is: the fields and reasons), `Waiting` (the cluster has
 not caught up yet: the reason, and anything composed meanwhile), or `Running` (the workload's
-objects and the status mirrored from them). `render` turns an outcome into the Desired state.
+objects and the status mirrored from them, with any conditions it adds). `render` turns an
+outcome into the Desired state.
+
+A refusal never removes a running workload: an observed Pod, or a VMI that has started on a
+node, is kept by a Fatal result (the container runtime), or composed as observed with a
+`RestartRequired` condition (the VirtualMachine runtime, `vm.keep_running`); a VMI that never
+left Pending or Scheduling has not started, so a refusal drops it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from functions.core import reasons
 from functions.core.requests import Refusal
 from functions.core.settings import Settings
 from functions.handlers.base import Request
-from functions.handlers.desired import Desired
+from functions.handlers.desired import Condition, Desired
 from functions.views import View
 
 
@@ -35,6 +41,22 @@ class Instance:
     @property
     def virtual_machine(self) -> bool:
         return self.spec.str("runtime") == "VirtualMachine"
+
+    @property
+    def running(self) -> bool:
+        """A workload a refusal must not remove: any observed Pod, or a started VMI."""
+        if self.workload is None:
+            return False
+        return not self.virtual_machine or started(self.workload)
+
+
+# KubeVirt's VMI phases once its launcher is on a node (Unknown: the node stopped reporting).
+STARTED_PHASES = ("Scheduled", "Running", "Unknown")
+
+
+def started(vmi: View | None) -> bool:
+    """A VMI that started on a node; Pending and Scheduling have not, Succeeded and Failed ended."""
+    return vmi is not None and vmi.str("status", "phase") in STARTED_PHASES
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,7 @@ class Running:
     reason: str  # PodComposed or VirtualMachineInstanceComposed
     resources: Mapping[str, dict[str, Any]]
     status: Mapping[str, Any]
+    conditions: tuple[Condition, ...] = ()  # a VM's Scheduled and RestartRequired
 
 
 Outcome = Stopped | Refused | Waiting | Running
@@ -82,6 +105,8 @@ def render(instance: Instance, outcome: Outcome, desired: Desired) -> Desired:
     if isinstance(outcome, Running):
         _compose(instance, outcome.resources, desired)
         desired.condition(reasons.ADMITTED, True, outcome.reason)
+        for condition in outcome.conditions:
+            desired.condition(condition.type, condition.status, condition.reason, condition.message)
         desired.status = dict(outcome.status)
     elif isinstance(outcome, Waiting):
         _compose(instance, outcome.resources, desired)
@@ -96,7 +121,7 @@ def render(instance: Instance, outcome: Outcome, desired: Desired) -> Desired:
             desired.status["stoppedGeneration"] = outcome.generation
         desired.condition(reasons.ADMITTED, False, reasons.STOPPED, outcome.message)
         desired.composite_ready = False
-    elif instance.workload is not None:  # a Fatal result keeps the running workload untouched
+    elif instance.running:  # a Fatal result keeps the running workload untouched
         desired.fatal(outcome.message, outcome.reason)
     else:
         desired.condition(reasons.ADMITTED, False, outcome.reason, outcome.message)

@@ -2,40 +2,61 @@
 
 Each class entry becomes `count` entries of `spec.domain.devices.gpus` whose `deviceName` is the
 class's device-plugin resource (never the class name), the class's tolerations are copied, and a
-licensed vGPU class adds a `GPULICENSE` disk from a copy of its license Secret in the tenant's
-namespace — the VMI waits until that copy exists. Raw `{name}` entries pass through. A missing,
-deleting or conflicting class, an unpermitted resource, vGPU without entitlement, mixed entry
-kinds, more than one vGPU class, a count over the class's per-VM limit or over 1024 units is
-refused; a shortage of capacity never is: the VMI waits for scheduling.
+licensed vGPU class adds a `GPULICENSE` disk from a copy of its license Secret (token and the
+class's `featureType`) in the tenant's namespace — the VMI waits until that copy exists. Raw
+`{name}` entries pass through.
+
+Refusals apply to *starting* a VMI only (seed 003: license changes reach a guest through a new
+VMI; a renamed source does not move an existing VM): a missing, deleting or conflicting class,
+an unpermitted resource, vGPU without entitlement, mixed entry kinds, more than one vGPU class,
+a count over the class's per-VM limit or over 1024 units. A VMI that has started is kept as
+observed while any of that changes; the Instance says what changed (`RestartRequired`) and that
+it applies at the next start. A shortage never refuses: the VMI waits for scheduling, and a
+passthrough class no eligible node advertises yet has no per-VM limit to exceed.
+
+The class resolution, the VMI layout and the keep-what-runs rule are shared with the
+KubernetesNodes handler (one VMI per worker).
 """
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from functions.core import apis, labels, names, quantity, reasons
-from functions.core.quantity import QuantityError
 from functions.core.requests import InstanceTypeFacts, Plan, Refusal, Wait, plan
+from functions.handlers import gpuclass
 from functions.handlers.base import Request, Requirement
-from functions.handlers.desired import Desired
-from functions.handlers.gpuclass import conflicting_class_of, is_permitted
+from functions.handlers.desired import Condition, Desired
 from functions.handlers.inputs import catalog_settings
-from functions.handlers.instance import lifecycle
-from functions.handlers.instance.outcome import Instance, Outcome, Running, Waiting, refused
+from functions.handlers.instance import gpus, lifecycle
+from functions.handlers.instance.outcome import (
+    Instance,
+    Outcome,
+    Refused,
+    Running,
+    Waiting,
+    refused,
+    started,
+)
 from functions.views import View
 
-MAX_UNITS = 1024
 LICENSE_DISK = "gpulicense"
+LICENSE_SERIAL = "GPULICENSE"
+GRIDD_CONF = "gridd.conf"  # the licensing client's configuration on the GPULICENSE disk
+
+
+# --- requirements -----------------------------------------------------------------------------
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
-    """GPU classes, KubeVirt's permitted devices and the nodes; once the classes are read, the
-    license Secret of a licensed vGPU class they name (the same selector on every later call)."""
-    found = {
-        "gpuclasses": Requirement(apis.GPU_CLASS, "GPUClass"),
-        "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
-        "nodes": Requirement(apis.CORE, "Node"),
-    }
+    """GPU classes, KubeVirt's permitted devices, the nodes and the namespace chain; once the
+    classes are read, the license Secret of a licensed vGPU class they name (the same selector
+    on every later call)."""
+    found = gpus.class_requirements()
+    found |= gpuclass.entitlement_requirements(request)
     named = {e.str("className") for e in request.xr.list("spec", "gpus").views()}
     for gpu_class in request.required("gpuclasses") or []:
         secret = gpu_class.str("spec", "license", "secretName")
@@ -47,245 +68,172 @@ def requirements(request: Request) -> dict[str, Requirement]:
     return found
 
 
+# --- the VirtualMachine runtime's entry point ----------------------------------------------------
+
+
 def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
+    """What a start would make now, kept from a VMI that already runs (`keep_running`)."""
+    return keep_running(instance, fresh(instance, facts, hostname))
+
+
+def fresh(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
     """A VMI: CPU and memory from the InstanceType, GPUs from the gpus entries."""
     spec = instance.spec
-    resources = spec.view("resources").to_dict()
-    taken = sorted(k for k in resources if k.startswith("accelerator"))
-    if taken or spec.has("additionalVolumes"):
-        field = f"spec.resources.{taken[0]}" if taken else "spec.additionalVolumes"
-        message = (
-            "a VirtualMachine takes its GPUs through spec.gpus and mounts only its workspace "
-            f"disk: clear {field}"
-        )
-        return refused(Refusal(field, message, reasons.INVALID_FOR_VIRTUAL_MACHINE))
+    refusal = runtime_refusal(spec)
+    if refusal is not None:
+        return refused(refusal)
     placed = lifecycle.placement(instance, hostname)
     if not (placed is None or isinstance(placed, str)):
         return placed
+    sized = size(spec.view("resources").to_dict(), facts)
+    if not isinstance(sized, Plan):
+        return sized
+    offers = gpus.read_offers(instance.request, instance.settings.vgpu_entitlement)
+    if isinstance(offers, Waiting):
+        return offers
+    resolved = gpus.resolve(list(spec.list("gpus").views()), offers)
+    if isinstance(resolved, list):
+        return refused(*resolved)
+    composed: dict[str, dict] = {}
+    if resolved.license_secret:
+        delivered = deliver_license(instance, resolved)
+        if isinstance(delivered, Waiting):
+            return delivered
+        composed["license"] = delivered
+    machine = Machine(instance.name, instance.namespace, spec.str("image"), sized)
+    vmi = render_vmi(machine, resolved, workspace_disk(spec), placed)
+    composed["vmi"] = vmi
+    observed = instance.request.observed("vmi")
+    status = vmi_status(observed, resolved.shortages)
+    return Running(reasons.VMI_COMPOSED, composed, status, (scheduled(observed, status),))
+
+
+def runtime_refusal(spec: View) -> Refusal | None:
+    taken = sorted(k for k in spec.view("resources").to_dict() if k.startswith("accelerator"))
+    if not (taken or spec.has("additionalVolumes")):
+        return None
+    field_ = f"spec.resources.{taken[0]}" if taken else "spec.additionalVolumes"
+    message = (
+        "a VirtualMachine takes its GPUs through spec.gpus and mounts only its workspace "
+        f"disk: clear {field_}"
+    )
+    return Refusal(field_, message, reasons.INVALID_FOR_VIRTUAL_MACHINE)
+
+
+def size(resources: dict[str, Any], facts: InstanceTypeFacts) -> Plan | Refused | Waiting:
+    """A VM is sized like a card-less Instance of its type: one unit, no card (decisions.md)."""
     if facts.acceleratable:
-        resources["accelerator"] = "0"  # size one unit of the type, take no card
+        resources = {**resources, "accelerator": "0"}
     sized = plan(resources, facts, overcommit=False)
     if isinstance(sized, Wait):
         return Waiting(sized.reason, sized.message)
     if isinstance(sized, list):
         return refused(*sized)
-    request = instance.request
-    required = [request.required(n) for n in ("gpuclasses", "kubevirt", "nodes")]
-    if any(found is None for found in required):
-        return Waiting(reasons.READING_GPU_CLASSES, "spec.gpus: reading the GPU classes")
-    entries = list(spec.list("gpus").views())
-    resolved = resolve(entries, *required, instance.settings.vgpu_entitlement)  # type: ignore[arg-type]
-    if isinstance(resolved, list):
-        return refused(*resolved)
-    composed: dict[str, dict] = {}
-    if resolved.license_secret:
-        delivered = deliver_license(instance, resolved.license_secret)
-        if isinstance(delivered, Waiting):
-            return delivered
-        composed["license"] = delivered
-    observed = request.observed("vmi")
-    composed["vmi"] = render_vmi(spec, instance.name, instance.namespace, sized, resolved, placed)
-    return Running(reasons.VMI_COMPOSED, composed, vmi_status(observed))
+    return sized
 
 
-def deliver_license(instance: Instance, source_name: str) -> dict | Waiting:
+# --- the license delivered with the VM ---------------------------------------------------------
+
+
+def deliver_license(instance: Instance, resolved: gpus.Resolved) -> dict | Waiting:
     """The license Secret copied into the tenant's namespace; the VMI waits until it exists."""
     found = instance.request.required("license")
     namespace = instance.settings.license_namespace
+    source = resolved.license_secret
     if not found or not found[0].str("data", names.LICENSE_KEY):
         return Waiting(
             reasons.WAITING_FOR_LICENSE,
-            f"spec.gpus: waiting for license Secret {source_name} in {namespace} (key "
+            f"spec.gpus: waiting for license Secret {source} in {namespace} (key "
             f"{names.LICENSE_KEY}); the VM starts once it exists and never boots unlicensed",
         )
-    copy = license_copy(instance.name, instance.namespace, found[0])
+    copy = license_copy(instance.name, instance.namespace, found[0], resolved.feature_type)
     if instance.request.observed("license") is None:
         message = "spec.gpus: copying the license Secret into the namespace"
         return Waiting(reasons.WAITING_FOR_LICENSE, message, {"license": copy})
     return copy
 
 
-@dataclass
-class Resolved:
-    """What the gpus entries come to: devices, tolerations, and a license to deliver."""
-
-    devices: list[str] = field(default_factory=list)  # one deviceName per GPU unit
-    tolerations: list[dict] = field(default_factory=list)
-    license_secret: str = ""  # the source Secret's name, for a licensed vGPU class
-
-
-def class_name_refusals(entries: list[View]) -> list[Refusal]:
-    has_class = [e.has("className") for e in entries]
-    if any(has_class) and not all(has_class):
-        return [
-            Refusal(
-                "spec.gpus",
-                "a gpus list contains either class entries or raw name entries, never both",
-                reasons.INVALID_GPUS,
-            )
-        ]
-    return []
-
-
-def resolve(
-    entries: list[View],
-    classes: list[View],
-    kubevirts: list[View],
-    nodes: list[View],
-    entitled: bool,
-) -> Resolved | list[Refusal]:
-    refusals = class_name_refusals(entries)
-    if refusals:
-        return refusals
-    by_name = {c.name: c for c in classes}
-    resolved, counts, vgpu_classes = Resolved(), {}, []
-    for index, entry in enumerate(entries):
-        at = f"spec.gpus[{index}]"
-        if not entry.has("className"):
-            resolved.devices.append(entry.str("name"))
-            continue
-        name, count = entry.str("className"), int(entry.get("count") or 1)
-        gpu_class = by_name.get(name)
-        refusal = class_refusal(at, name, gpu_class, classes, kubevirts, entitled)
-        if refusal:
-            refusals.append(refusal)
-            continue
-        counts[name] = counts.get(name, 0) + count
-        resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
-        resolved.devices += [resource] * count
-        for toleration in gpu_class.list("spec", "tolerations").views():
-            if toleration.to_dict() not in resolved.tolerations:
-                resolved.tolerations.append(toleration.to_dict())
-        if gpu_class.str("spec", "mode") == "vgpu":
-            if name not in vgpu_classes:
-                vgpu_classes.append(name)
-            resolved.license_secret = gpu_class.str("spec", "license", "secretName")
-    if len(vgpu_classes) > 1:
-        refusals.append(
-            Refusal(
-                "spec.gpus",
-                f"a VM may take vGPUs from only one class, got {' and '.join(vgpu_classes)}",
-                reasons.INVALID_GPUS,
-            )
-        )
-    for name, count in counts.items():
-        limit = per_vm_limit(by_name[name], nodes)
-        if count > limit:
-            refusals.append(
-                Refusal(
-                    "spec.gpus",
-                    f"GPU class {name} allows at most {limit} units per VM, requested {count}",
-                    reasons.INVALID_GPUS,
-                )
-            )
-    if len(resolved.devices) > MAX_UNITS:
-        refusals.append(
-            Refusal(
-                "spec.gpus",
-                f"the gpus entries expand to {len(resolved.devices)} GPU units; at most {MAX_UNITS} per VMI",
-                reasons.INVALID_GPUS,
-            )
-        )
-    return refusals or resolved
-
-
-def class_refusal(
-    at: str,
-    name: str,
-    gpu_class: View | None,
-    classes: list[View],
-    kubevirts: list[View],
-    entitled: bool,
-) -> Refusal | None:
-    field_ = f"{at}.className"
-    if gpu_class is None:
-        return Refusal(
-            field_,
-            f"GPU class {name} not found: select one from `kubectl get gpuclasses`",
-            reasons.GPU_CLASS_NOT_FOUND,
-        )
-    if gpu_class.has("metadata", "deletionTimestamp"):
-        return Refusal(
-            field_,
-            f"GPU class {name} is being deleted: select another class",
-            reasons.GPU_CLASS_DELETING,
-        )
-    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
-    other = conflicting_class_of(gpu_class, classes)
-    if other:
-        return Refusal(
-            field_,
-            f"GPU class {name} is not available: class {other} already uses its resource {resource}",
-            reasons.GPU_CLASS_CONFLICT,
-        )
-    if not is_permitted(kubevirts, resource):
-        return Refusal(
-            field_,
-            f"GPU class {name}: its resource {resource} is missing from KubeVirt's permitted-device table",
-            reasons.RESOURCE_NOT_PERMITTED,
-        )
-    if gpu_class.str("spec", "mode") == "vgpu" and not entitled:
-        return Refusal(
-            field_,
-            f"GPU class {name} is a vGPU offer and vGPU is not entitled: enable the Catalog's "
-            '"vgpuEntitlement" setting',
-            reasons.VGPU_NOT_ENTITLED,
-        )
-    return None
-
-
-def per_vm_limit(gpu_class: View, nodes: list[View]) -> int:
-    """maxCount; unset: 1 for vGPU, one node's GPUs of the resource for passthrough."""
-    if gpu_class.get("spec", "maxCount") is not None:
-        return int(gpu_class.get("spec", "maxCount"))
-    if gpu_class.str("spec", "mode") == "vgpu":
-        return 1
-    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
-    largest = 0
-    for node in nodes:
-        try:
-            largest = max(
-                largest,
-                quantity.floor(quantity.parse(node.get("status", "allocatable", resource) or 0)),
-            )
-        except QuantityError:
-            continue
-    return largest
-
-
 def license_copy_name(instance: str) -> str:
     return f"{instance}-gpu-license"
 
 
-def license_copy(instance: str, namespace: str, source: View) -> dict:
-    """The source Secret's token, copied into the tenant's namespace for the GPULICENSE disk."""
+def license_copy(instance: str, namespace: str, source: View, feature_type: int) -> dict:
+    """What the GPULICENSE disk carries (docs/gpuclass.md, "The GPULICENSE disk"): the source
+    Secret's token, and the licensing client's `gridd.conf` with the class's FeatureType."""
+    gridd = f"FeatureType={feature_type}\n".encode()
     return {
         "apiVersion": apis.CORE,
         "kind": "Secret",
         "metadata": {"name": license_copy_name(instance), "namespace": namespace},
         "type": "Opaque",
-        "data": {names.LICENSE_KEY: source.str("data", names.LICENSE_KEY)},
+        "data": {
+            names.LICENSE_KEY: source.str("data", names.LICENSE_KEY),
+            GRIDD_CONF: base64.b64encode(gridd).decode(),
+        },
     }
 
 
+# --- the VMI ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One VM to render: its name and namespace, root image and size."""
+
+    name: str
+    namespace: str
+    image: str
+    plan: Plan
+    labels: Mapping[str, str] = field(default_factory=dict)  # besides the Instance label
+
+
 def render_vmi(
-    spec: View, name: str, namespace: str, plan: Plan, resolved: Resolved, hostname: str | None
+    machine: Machine,
+    resolved: gpus.Resolved,
+    workspace: dict,
+    hostname: str | None = None,
+    extra: tuple[tuple[dict, dict], ...] = (),
 ) -> dict:
+    """The VMI: root and workspace disks, the license disk, any `extra` (disk, volume) pairs."""
     disks = [
         {"name": "rootdisk", "disk": {"bus": "virtio"}},
         {"name": "workspace", "disk": {"bus": "virtio"}},
     ]
     volumes = [
-        {"name": "rootdisk", "containerDisk": {"image": spec.str("image")}},
-        {"name": "workspace", **workspace_disk(spec)},
+        {"name": "rootdisk", "containerDisk": {"image": machine.image}},
+        {"name": "workspace", **workspace},
     ]
     if resolved.license_secret:
-        disks.append({"name": LICENSE_DISK, "serial": "GPULICENSE", "disk": {"bus": "virtio"}})
-        volumes.append({"name": LICENSE_DISK, "secret": {"secretName": license_copy_name(name)}})
-    vmi_spec: dict = {
+        disks.append({"name": LICENSE_DISK, "serial": LICENSE_SERIAL, "disk": {"bus": "virtio"}})
+        volumes.append(
+            {"name": LICENSE_DISK, "secret": {"secretName": license_copy_name(machine.name)}}
+        )
+    for disk, volume in extra:
+        disks.append(disk)
+        volumes.append(volume)
+    return {
+        "apiVersion": apis.KUBEVIRT,
+        "kind": "VirtualMachineInstance",
+        "metadata": {
+            "name": machine.name,
+            "namespace": machine.namespace,
+            "labels": {labels.INSTANCE: machine.name, **machine.labels},
+        },
+        "spec": vmi_spec(machine.plan, resolved, disks, volumes, hostname),
+    }
+
+
+def vmi_spec(
+    sized: Plan,
+    resolved: gpus.Resolved,
+    disks: list[dict],
+    volumes: list[dict],
+    hostname: str | None,
+) -> dict:
+    spec: dict = {
         "domain": {
-            "cpu": {"cores": quantity.ceil(plan.cpu)},
-            "memory": {"guest": quantity.format_binary(plan.ram)},
+            "cpu": {"cores": quantity.ceil(sized.cpu)},
+            "memory": {"guest": quantity.format_binary(sized.ram)},
             "devices": {
                 "disks": disks,
                 "gpus": [
@@ -297,19 +245,10 @@ def render_vmi(
         "volumes": volumes,
     }
     if resolved.tolerations:
-        vmi_spec["tolerations"] = resolved.tolerations
+        spec["tolerations"] = resolved.tolerations
     if hostname:
-        vmi_spec["nodeSelector"] = {labels.HOSTNAME: hostname}
-    return {
-        "apiVersion": apis.KUBEVIRT,
-        "kind": "VirtualMachineInstance",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {labels.INSTANCE: name},
-        },
-        "spec": vmi_spec,
-    }
+        spec["nodeSelector"] = {labels.HOSTNAME: hostname}
+    return spec
 
 
 def workspace_disk(spec: View) -> dict:
@@ -318,25 +257,185 @@ def workspace_disk(spec: View) -> dict:
     return {"emptyDisk": {"capacity": str(spec.get("volume", "ephemeral", "capacity") or "1Gi")}}
 
 
-def vmi_phase(vmi: View | None) -> tuple[str, str]:
+# --- what a running VM keeps (seed 003: changes apply at the next start) -------------------------
+
+
+def keep_running(instance: Instance, outcome: Outcome) -> Outcome:
+    """A started VMI (and its license copy) composed as observed when a start now would be
+    refused, would wait, or would make another VMI; the Instance says what and when."""
+    observed = instance.workload
+    if observed is None or not started(observed):
+        return outcome
+    if isinstance(outcome, Waiting) and outcome.reason in TRANSIENT:
+        return kept(instance.request, observed, None)
+    change = pending_change(outcome, instance.request)
+    if change is None:
+        return restart_required(outcome)
+    return kept(instance.request, observed, change)
+
+
+# Waits that only mean "not read yet": a running VM is kept, and nothing is said to change.
+TRANSIENT = (
+    reasons.READING_GPU_CLASSES,
+    reasons.READING_INSTANCE_TYPE,
+    reasons.READING_NODE,
+    reasons.INSTANCE_TYPE_NOT_READY,
+)
+
+
+def kept(request: Request, observed: View, change: Condition | None) -> Running:
+    resources = {"vmi": as_observed(observed)}
+    copy = request.observed("license")
+    if copy is not None:
+        resources["license"] = as_observed(copy)
+    status = vmi_status(observed)
+    conditions = [scheduled(observed, status)]
+    if change is not None:
+        status["phaseMessage"] = change.message
+        conditions.append(change)
+    return Running(reasons.VMI_COMPOSED, resources, status, tuple(conditions))
+
+
+def pending_change(outcome: Outcome, request: Request) -> Condition | None:
+    """What a start now would do otherwise than the running VMI, as a RestartRequired condition."""
+    if isinstance(outcome, Refused | Waiting):
+        return next_start(outcome.reason, outcome.message)
+    if not isinstance(outcome, Running):
+        return None
+    differs = changed_parts(outcome.resources.get("vmi"), request.observed("vmi"))
+    if differs:
+        what = f"the GPU classes changed since the VM started ({', '.join(differs)} differ)"
+        return next_start(reasons.GPU_CLASS_CHANGED, f"spec.gpus: {what}")
+    wanted, observed = outcome.resources.get("license"), request.observed("license")
+    if wanted is not None and (
+        observed is None or wanted["data"] != observed.view("data").to_dict()
+    ):
+        what = "spec.gpus: the license Secret changed since the VM started"
+        return next_start(reasons.LICENSE_CHANGED, what)
+    return None
+
+
+def next_start(reason: str, what: str) -> Condition:
+    message = (
+        f"{what}; the running VM keeps its GPUs and license as started — this applies at its "
+        "next start (set spec.stop to true, then back to false)"
+    )
+    return Condition(reasons.RESTART_REQUIRED, True, reason, message)
+
+
+def restart_required(outcome: Outcome) -> Outcome:
+    """A running VM that is what a start now would make: RestartRequired is False."""
+    if not isinstance(outcome, Running):
+        return outcome
+    up_to_date = Condition(reasons.RESTART_REQUIRED, False, reasons.UP_TO_DATE)
+    return Running(
+        outcome.reason, outcome.resources, outcome.status, (*outcome.conditions, up_to_date)
+    )
+
+
+VMI_PARTS = {
+    ("domain", "devices", "gpus"): "GPU devices",
+    ("tolerations",): "tolerations",
+    ("domain", "devices", "disks"): "disks",
+    ("volumes",): "volumes",
+    ("domain", "cpu"): "CPU",
+    ("domain", "memory"): "memory",
+    ("nodeSelector",): "node selector",
+}
+
+
+def changed_parts(wanted: Mapping[str, Any] | None, observed: View | None) -> list[str]:
+    """The parts of the VMI spec a start now would make differently (KubeVirt's defaults on
+    the observed object are not differences)."""
+    if wanted is None or observed is None:
+        return []
+    have = observed.view("spec").to_dict()
+    found = []
+    for path, part in VMI_PARTS.items():
+        if not covers(_at(have, path), _at(wanted["spec"], path)):
+            found.append(part)
+    return found
+
+
+def _at(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, Mapping) else None
+    return obj
+
+
+def covers(observed: Any, wanted: Any) -> bool:
+    """Whether `observed` holds everything `wanted` says (extra observed fields allowed)."""
+    if isinstance(wanted, Mapping):
+        return isinstance(observed, Mapping) and all(
+            covers(observed.get(k), v) for k, v in wanted.items()
+        )
+    if isinstance(wanted, list):
+        return (
+            isinstance(observed, list)
+            and len(observed) == len(wanted)
+            and all(covers(o, w) for o, w in zip(observed, wanted, strict=True))
+        )
+    if wanted is None:
+        return observed is None
+    return bool(wanted == observed)
+
+
+def as_observed(obj: View) -> dict:
+    """An observed object composed as it is: its identity, its labels but Crossplane's, its spec
+    (a VMI) or data (a Secret)."""
+    metadata: dict = {"name": obj.name, "namespace": obj.namespace}
+    kept = {k: v for k, v in obj.labels().items() if not k.startswith("crossplane.io/")}
+    if kept:
+        metadata["labels"] = kept
+    found = {"apiVersion": obj.str("apiVersion"), "kind": obj.str("kind"), "metadata": metadata}
+    for key in ("type", "spec", "data"):
+        if obj.has(key):
+            found[key] = obj.get(key) if key == "type" else obj.view(key).to_dict()
+    return found
+
+
+# --- the status mirrored from the VMI ----------------------------------------------------------
+
+
+def vmi_phase(vmi: View | None, shortages: Sequence[str] = ()) -> tuple[str, str]:
     """The Instance phase from the VMI: Ready once it runs with its Ready condition."""
-    if vmi is None:
-        return "Starting", "composing the VirtualMachineInstance"
-    phase = vmi.str("status", "phase") or "Pending"
+    if vmi is None or vmi.str("status", "phase") in ("", "Pending", "Scheduling"):
+        if shortages:
+            return reasons.SCHEDULING, shortage_message(shortages)
+        if vmi is None:
+            return reasons.STARTING, "composing the VirtualMachineInstance"
+        return reasons.SCHEDULING, ready_message(
+            vmi
+        ) or "waiting for a node with the requested GPUs"
+    phase = vmi.str("status", "phase")
+    if phase == "Scheduled":
+        return reasons.STARTING, "the VM is starting on its node"
     if phase == "Running":
         ready = next(
             (c for c in vmi.list("status", "conditions").views() if c.str("type") == "Ready"), None
         )
         if ready is not None and ready.str("status") == "True":
-            return "Ready", ""
-        return "Starting", ready.str("message") if ready is not None else ""
-    if phase in ("Pending", "Scheduling"):
-        return "Scheduling", "waiting for a node with the requested GPUs"
+            return reasons.READY, ""
+        return reasons.STARTING, ready.str("message") if ready is not None else ""
     return phase, ""
 
 
-def vmi_status(vmi: View | None) -> dict:
-    phase, message = vmi_phase(vmi)
+def ready_message(vmi: View) -> str:
+    for condition in vmi.list("status", "conditions").views():
+        if condition.str("type") == "Ready" and condition.str("status") != "True":
+            return condition.str("message")
+    return ""
+
+
+def shortage_message(resources: Sequence[str]) -> str:
+    return (
+        f"spec.gpus: no eligible node (Ready, schedulable, its taints tolerated) advertises "
+        f"{' or '.join(sorted(set(resources)))} yet; the VM waits and starts when one does"
+    )
+
+
+def vmi_status(vmi: View | None, shortages: Sequence[str] = ()) -> dict:
+    phase, message = vmi_phase(vmi, shortages)
     status: dict = {"phase": phase}
     if message:
         status["phaseMessage"] = message
@@ -351,3 +450,12 @@ def vmi_status(vmi: View | None) -> dict:
         if ips:
             status["podIPs"] = ips
     return status
+
+
+def scheduled(vmi: View | None, status: Mapping[str, Any]) -> Condition:
+    """`Scheduled`: True once the VMI is on a node; False with why while it waits (a shortage
+    is a wait, never a refusal)."""
+    if started(vmi):
+        return Condition(reasons.SCHEDULED, True, reasons.SCHEDULED)
+    why = str(status.get("phaseMessage") or "waiting for a node with the requested GPUs")
+    return Condition(reasons.SCHEDULED, False, reasons.WAITING_FOR_CAPACITY, why)

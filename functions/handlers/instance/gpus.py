@@ -1,0 +1,257 @@
+"""GPU class entries resolved to GPU devices, for a VM Instance and a KubernetesNodes worker alike.
+
+Seed 003's selection rules: an entry selects exactly one of `className` and `name`; a list holds
+class entries or raw entries, never both; a class name is a DNS label; `count` (default 1) is a
+whole number from 1 to 1024 and the entries expand to at most 1024 units per VMI. A class entry
+is refused when its class is missing, deleting or conflicting, its resource is not permitted by
+KubeVirt, or it is a vGPU class where vGPU is barred (not entitled; a worker pool); a VM takes
+vGPUs from one class only, and each class within its per-VM limit: `maxCount`, else 1 for vGPU,
+else the most GPUs of the resource one eligible node has. No eligible node advertising the
+resource yet is a shortage — the VM waits — never a limit of zero.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from functions.core import apis, names, quantity, reasons
+from functions.core.quantity import QuantityError
+from functions.core.requests import Refusal
+from functions.core.settings import DNS_LABEL
+from functions.handlers import gpuclass
+from functions.handlers.base import Request, Requirement
+from functions.handlers.instance.outcome import Waiting
+from functions.views import View
+
+MAX_UNITS = 1024
+CLASS_REQUIREMENTS = ("gpuclasses", "kubevirt", "nodes")
+
+
+def class_requirements() -> dict[str, Requirement]:
+    """What resolving class entries reads (the VM runtime and KubernetesNodes alike)."""
+    return {
+        "gpuclasses": Requirement(apis.GPU_CLASS, "GPUClass"),
+        "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
+        "nodes": Requirement(apis.CORE, "Node"),
+    }
+
+
+# --- what class entries read -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VgpuBar:
+    """Why a vGPU class cannot be taken here: the reason, and a message template ({name})."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Offers:
+    """The catalog as class entries read it: classes, KubeVirt CRs, nodes, and any vGPU bar."""
+
+    classes: list[View]
+    kubevirts: list[View]
+    nodes: list[View]
+    vgpu_bar: VgpuBar | None = None
+
+
+READING = Waiting(reasons.READING_GPU_CLASSES, "spec.gpus: reading the GPU classes")
+
+
+def read_classes(request: Request) -> Offers | None:
+    """The classes, KubeVirt CRs and nodes; None while any is unread."""
+    classes, kubevirts, nodes = (request.required(name) for name in CLASS_REQUIREMENTS)
+    if classes is None or kubevirts is None or nodes is None:
+        return None
+    return Offers(classes, kubevirts, nodes)
+
+
+def read_offers(request: Request, platform_entitled: bool) -> Offers | Waiting:
+    """The catalog and the namespace's vGPU entitlement; waiting while any is unread."""
+    offers = read_classes(request)
+    tenants = [request.required(name) for name in gpuclass.entitlement_requirements(request)]
+    if offers is None or None in tenants:
+        return READING
+    why = gpuclass.vgpu_not_entitled(platform_entitled, request)
+    if why is None:
+        return offers
+    template = "GPU class {name} is a vGPU offer and " + why
+    return replace(offers, vgpu_bar=VgpuBar(reasons.VGPU_NOT_ENTITLED, template))
+
+
+# --- class entries → GPU devices ---------------------------------------------------------------
+
+
+@dataclass
+class Resolved:
+    """What the gpus entries come to: devices, tolerations, a license to deliver, shortages."""
+
+    devices: list[str] = field(default_factory=list)  # one deviceName per GPU unit
+    tolerations: list[dict] = field(default_factory=list)
+    license_secret: str = ""  # the source Secret's name, for a licensed vGPU class
+    feature_type: int = gpuclass.DEFAULT_FEATURE_TYPE
+    shortages: list[str] = field(default_factory=list)  # resources no eligible node advertises
+
+
+def resolve(entries: list[View], offers: Offers, at: str = "spec.gpus") -> Resolved | list[Refusal]:
+    """The gpus entries as devices, or every reason they cannot be started now."""
+    refusals = entry_refusals(entries, at)
+    if refusals:
+        return refusals
+    by_name = {c.name: c for c in offers.classes}
+    resolved, counts = Resolved(), {}
+    for index, entry in enumerate(entries):
+        if not entry.has("className"):
+            resolved.devices.append(entry.str("name"))
+            continue
+        name, count = entry.str("className"), entry_count(entry)
+        gpu_class = by_name.get(name)
+        refusal = class_refusal(f"{at}[{index}].className", name, gpu_class, offers)
+        if refusal is not None or gpu_class is None:
+            refusals += [refusal] if refusal is not None else []
+            continue
+        counts[name] = counts.get(name, 0) + count
+        take(resolved, gpu_class, count)
+    refusals += vgpu_class_refusals(entries, by_name, at)
+    refusals += limit_refusals(counts, by_name, offers.nodes, resolved, at)
+    return refusals or resolved
+
+
+def take(resolved: Resolved, gpu_class: View, count: int) -> None:
+    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
+    resolved.devices += [resource] * count
+    for toleration in gpu_class.list("spec", "tolerations").views():
+        if toleration.to_dict() not in resolved.tolerations:
+            resolved.tolerations.append(toleration.to_dict())
+    if gpu_class.str("spec", "mode") == "vgpu" and gpu_class.has("spec", "license"):
+        resolved.license_secret = gpu_class.str("spec", "license", "secretName")
+        resolved.feature_type = gpuclass.feature_type(gpu_class)
+
+
+def entry_count(entry: View) -> int:
+    count = entry.get("count")
+    return 1 if count is None else int(count)
+
+
+def entry_refusals(entries: list[View], at: str) -> list[Refusal]:
+    """The XRD's rules on the entries, for offline render and Crossplane before 2.2."""
+    has_class = [e.has("className") for e in entries]
+    if any(has_class) and not all(has_class):
+        message = "a gpus list contains either class entries or raw name entries, never both"
+        return [Refusal(at, message, reasons.INVALID_GPUS)]
+    refusals = []
+    for index, entry in enumerate(entries):
+        refusal = entry_refusal(entry, f"{at}[{index}]")
+        if refusal is not None:
+            refusals.append(refusal)
+    return refusals
+
+
+def entry_refusal(entry: View, at: str) -> Refusal | None:
+    if entry.has("className") == entry.has("name"):
+        message = "an entry selects exactly one of className and name"
+        return Refusal(at, message, reasons.INVALID_GPUS)
+    if not entry.has("className"):
+        if entry.has("count"):
+            return Refusal(at, "count belongs to class entries only", reasons.INVALID_GPUS)
+        return None
+    name = entry.str("className")
+    if len(name) > names.LABEL_MAX or not re.fullmatch(DNS_LABEL, name):
+        message = (
+            f"{name!r} is not a GPU class name: class names are DNS labels of at most 63 "
+            "characters; select one from `kubectl get gpuclasses`"
+        )
+        return Refusal(f"{at}.className", message, reasons.INVALID_GPUS)
+    count = entry.get("count")
+    if count is not None and not (gpuclass.whole(count) and 1 <= count <= MAX_UNITS):
+        message = (
+            f"must be a whole number from 1 to {MAX_UNITS}, got {count!r}; omit it for one unit"
+        )
+        return Refusal(f"{at}.count", message, reasons.INVALID_GPUS)
+    return None
+
+
+def class_refusal(at: str, name: str, gpu_class: View | None, offers: Offers) -> Refusal | None:
+    """Why this class cannot be started now (seed 003's refusals, in its terms)."""
+    if gpu_class is None:
+        message = f"GPU class {name} not found: select one from `kubectl get gpuclasses`"
+        return Refusal(at, message, reasons.GPU_CLASS_NOT_FOUND)
+    if gpu_class.has("metadata", "deletionTimestamp"):
+        message = f"GPU class {name} is being deleted: select another class"
+        return Refusal(at, message, reasons.GPU_CLASS_DELETING)
+    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
+    other = gpuclass.conflicting_class_of(gpu_class, offers.classes)
+    if other:
+        message = (
+            f"GPU class {name} is not available: class {other} already uses its resource {resource}"
+        )
+        return Refusal(at, message, reasons.GPU_CLASS_CONFLICT)
+    if not gpuclass.is_permitted(offers.kubevirts, resource):
+        message = f"GPU class {name}: its resource {resource} is missing from KubeVirt's permitted-device table"
+        return Refusal(at, message, reasons.RESOURCE_NOT_PERMITTED)
+    if gpu_class.str("spec", "mode") == "vgpu" and offers.vgpu_bar is not None:
+        bar = offers.vgpu_bar
+        return Refusal(at, bar.message.format(name=name), bar.reason)
+    return None
+
+
+def vgpu_class_refusals(entries: list[View], by_name: Mapping[str, View], at: str) -> list[Refusal]:
+    vgpu: list[str] = []
+    for entry in entries:
+        gpu_class = by_name.get(entry.str("className"))
+        if gpu_class is None or gpu_class.str("spec", "mode") != "vgpu":
+            continue
+        if gpu_class.name not in vgpu:
+            vgpu.append(gpu_class.name)
+    if len(vgpu) <= 1:
+        return []
+    message = f"a VM may take vGPUs from only one class, got {' and '.join(vgpu)}"
+    return [Refusal(at, message, reasons.INVALID_GPUS)]
+
+
+def limit_refusals(
+    counts: Mapping[str, int],
+    by_name: Mapping[str, View],
+    nodes: list[View],
+    resolved: Resolved,
+    at: str,
+) -> list[Refusal]:
+    """Each class within its per-VM limit, all within 1024 units; no limit yet is a shortage."""
+    refusals = []
+    for name, count in counts.items():
+        limit = per_vm_limit(by_name[name], nodes)
+        if limit is None:
+            resource = by_name[name].str("spec", "source", "devicePlugin", "resourceName")
+            resolved.shortages.append(resource)
+        elif count > limit:
+            message = f"GPU class {name} allows at most {limit} units per VM, requested {count}"
+            refusals.append(Refusal(at, message, reasons.INVALID_GPUS))
+    if len(resolved.devices) > MAX_UNITS:
+        message = f"the gpus entries expand to {len(resolved.devices)} GPU units; at most {MAX_UNITS} per VMI"
+        refusals.append(Refusal(at, message, reasons.INVALID_GPUS))
+    return refusals
+
+
+def per_vm_limit(gpu_class: View, nodes: list[View]) -> int | None:
+    """maxCount; unset: 1 for vGPU, else the most GPUs of the resource one eligible node has
+    (Ready, schedulable, its taints tolerated) — None while none advertises it: a shortage."""
+    if gpu_class.get("spec", "maxCount") is not None:
+        return int(gpu_class.get("spec", "maxCount"))
+    if gpu_class.str("spec", "mode") == "vgpu":
+        return 1
+    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
+    tolerations = list(gpu_class.list("spec", "tolerations").views())
+    largest = 0
+    for node in nodes:
+        if not gpuclass.eligible(node, tolerations):
+            continue
+        try:
+            allocatable = quantity.parse(node.get("status", "allocatable", resource) or 0)
+        except QuantityError:
+            continue
+        largest = max(largest, quantity.floor(allocatable))
+    return largest or None
