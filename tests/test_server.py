@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.support.grpc_server import function_server, throwaway_pki, wait_ready
 
 VALID = "instancetypeflavor"
-HANDLERS = "catalog, devices, gpuclass, instance, instancepersistentvolume, instancetype, instancetypeflavor"
+HANDLERS = "catalog, devices, gpuclass, instance, instancepersistentvolume, instancetype, instancetypeflavor, kubernetesnodes"
 
 
 def request(handler: str | None, kind: str = "InstanceTypeFlavor") -> fnv1.RunFunctionRequest:

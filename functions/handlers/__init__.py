@@ -11,6 +11,7 @@ from functions.handlers import (
     instancepersistentvolume,
     instancetype,
     instancetypeflavor,
+    kubernetesnodes,
 )
 from functions.handlers.base import Handler
 
@@ -24,5 +25,6 @@ HANDLERS: dict[str, Handler] = {
         instancepersistentvolume,
         instancetype,
         instancetypeflavor,
+        kubernetesnodes,
     )
 }
