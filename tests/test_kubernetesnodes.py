@@ -218,3 +218,12 @@ def test_the_legacy_claim_is_generated():
     )
     assert xrd["spec"]["claimNames"]["kind"] == "KubernetesNodes"
     assert xrd["spec"]["names"]["kind"] == "XKubernetesNodes"
+
+
+def test_a_failed_worker_is_replaced(world):
+    world.apply(pool(replicas=2))
+    world.reconcile()
+    world.delete("Pod", "virt-launcher-gpu-workers-1", NAMESPACE)  # its node gone
+    world.reconcile()
+    assert workers(world) == ["gpu-workers-0", "gpu-workers-1"]
+    assert (status(world)["readyReplicas"], status(world)["phase"]) == (2, "Ready")

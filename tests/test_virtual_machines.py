@@ -9,6 +9,10 @@ from dataclasses import dataclass
 import pytest
 
 from functions.simulate import World, load_documents, world_from
+from functions.simulate.apiserver import ApiServer
+from functions.simulate.client import Client
+from functions.simulate.kubevirt import KubeVirt
+from functions.simulate.store import Store
 from tests.support import schemas
 from tests.support.schemas import ROOT
 
@@ -494,3 +498,54 @@ def test_a_licensed_class_delivers_its_feature_type(world):
     )
     licensed(world)
     assert workload(world)[1]["gridd.conf"] == "RmVhdHVyZVR5cGU9NAo="  # FeatureType=4
+
+
+# --- a VMI that ends Failed is replaced: the next start ------------------------------------------
+
+
+def kubevirt_alone(vmi_status: dict, launcher: dict | None) -> dict:
+    """KubeVirt's stand-in, one pass over a VMI (and its launcher): the VMI as it leaves it."""
+    api = ApiServer(Store())
+    vmi = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "vm-1", "namespace": "default"},
+        "spec": {"domain": {"devices": {}}},
+    }
+    api.create(vmi)
+    api.update_status({**vmi, "status": vmi_status})
+    if launcher is not None:
+        api.create(launcher)
+    KubeVirt(Client(api)).run()
+    return api.store.get("VirtualMachineInstance", "vm-1", "default")["status"]
+
+
+def test_kubevirt_never_gives_a_vmi_a_second_launcher():
+    ran = {"phase": "Running", "nodeName": "gpu-a"}
+    assert kubevirt_alone(ran, None)["phase"] == "Failed"
+    assert kubevirt_alone({"phase": "Failed"}, None)["phase"] == "Failed"  # final: left alone
+    assert kubevirt_alone({"phase": "Scheduling"}, None)["phase"] == "Scheduling"  # launched now
+
+
+def test_a_vmi_that_lost_its_launcher_fails_and_the_instance_starts_a_new_one(world):
+    licensed(world)
+    world.delete("Pod", "virt-launcher-vm-1", "default")  # evicted, or its node gone
+    world.reconcile()
+    assert status(world)["phase"] == "Ready"
+    vmi = world.get("VirtualMachineInstance", "vm-1", "default")
+    assert vmi["status"]["phase"] == "Running"
+    assert world.get("Pod", "virt-launcher-vm-1", "default") is not None
+
+
+def test_a_failed_vmi_is_replaced_under_the_catalog_as_it_is_then(world):
+    licensed(world)
+    world.delete("GPUClass", "example-licensed-vgpu")
+    world.reconcile()
+    assert condition(world, "RestartRequired")[:2] == ("True", "GPUClassNotFound")
+    world.delete("Pod", "virt-launcher-vm-1", "default")
+    world.reconcile()
+    assert world.get("VirtualMachineInstance", "vm-1", "default") is None
+    assert (status(world)["phase"], condition(world, "Admitted")[1]) == (
+        "Refused",
+        "GPUClassNotFound",
+    )

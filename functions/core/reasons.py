@@ -45,6 +45,7 @@ READING_GPU_CLASSES = "ReadingGPUClasses"
 WAITING_FOR_VOLUME = "WaitingForVolume"
 WAITING_FOR_LICENSE = "WaitingForLicense"
 WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a shortage: no eligible node has the GPUs yet
+REPLACING_FAILED_VMI = "ReplacingFailedVMI"  # a VMI ended Failed (node lost): a new one starts
 
 # --- Instance: running and stopped ------------------------------------------------------------
 POD_COMPOSED = "PodComposed"

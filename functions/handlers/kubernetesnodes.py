@@ -163,11 +163,14 @@ class Worker:
     vmi: dict | None  # what is composed for it (None: nothing, it cannot start)
     observed: View | None
     change: Condition | None = None  # a started worker kept: what a start now would change
+    replaced: bool = False  # its VMI failed: removed now, started anew on the next reconcile
 
 
 def worker(request: Request, pool: Pool, index: int, start: Start) -> Worker:
     name = worker_name(pool, index)
     observed = request.observed(worker_key(index))
+    if vm.failed(observed):  # removed this round, a new worker VMI started on the next
+        return Worker(name, None, observed, replaced=True)
     wanted = render_worker(pool, name, start)
     if observed is None or not started(observed):
         return Worker(name, wanted, observed)
@@ -258,7 +261,10 @@ def pool_phase(pool: Pool, start: Start, workers: list[Worker], ready: int) -> t
 
 def worker_status(found: Worker, start: Start) -> dict:
     status = {"name": found.name, **vm.vmi_status(found.observed)}
-    if found.vmi is None:
+    if found.replaced and found.observed is not None:
+        message = vm.failure_message(found.observed)
+        status = {"name": found.name, "phase": reasons.STARTING, "phaseMessage": message}
+    elif found.vmi is None:
         why = start.refusal or start.waiting
         status = {
             "name": found.name,

@@ -4,6 +4,11 @@ The launcher asks for each GPU's `deviceName` as an extended resource (KubeVirt'
 advertise them on the node), carries the VMI's node selector and tolerations, and is placed by
 the scheduler; the VMI is Scheduling until its launcher runs, then Running and Ready. A
 launcher goes with its VMI.
+
+A VMI has one launcher in its life (KubeVirt's VMI lifecycle): once its launcher has run, losing
+it — evicted, deleted, its node gone — or the launcher failing ends the VMI in phase Failed, and
+a VMI in a final phase (Failed, Succeeded) is never started again: whoever owns it makes a new
+one.
 """
 
 from __future__ import annotations
@@ -31,10 +36,24 @@ class KubeVirt:
             if owner and (pod["metadata"]["namespace"], owner) not in vmis:
                 self.api.delete("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
         for (namespace, name), vmi in sorted(vmis.items()):
+            if phase_of(vmi) in FINAL:
+                continue
             launcher = self.api.get("Pod", launcher_name(name), namespace)
+            ended = launcher_ended(vmi, launcher)
+            if ended is not None:
+                self.end(vmi, *ended)
+                continue
             if launcher is None:
                 self.api.apply(launcher_of(vmi))
             self.report(vmi, launcher)
+
+    def end(self, vmi: dict[str, Any], phase: str, message: str) -> None:
+        vmi["status"] = {
+            **(vmi.get("status") or {}),
+            "phase": phase,
+            "conditions": [kube.condition("Ready", "False", "PodTerminating", message)],
+        }
+        self.api.update_status(vmi)
 
     def report(self, vmi: dict[str, Any], launcher: dict[str, Any] | None) -> None:
         if launcher is not None and (launcher.get("status") or {}).get("phase") == "Running":
@@ -56,6 +75,25 @@ class KubeVirt:
         if vmi.get("status") != status:
             vmi["status"] = status
             self.api.update_status(vmi)
+
+
+FINAL = ("Failed", "Succeeded")
+
+
+def phase_of(vmi: dict[str, Any]) -> str:
+    return str((vmi.get("status") or {}).get("phase") or "")
+
+
+def launcher_ended(vmi: dict[str, Any], launcher: dict[str, Any] | None) -> tuple[str, str] | None:
+    """The VMI's final phase and why, once its launcher is gone after it ran or has ended."""
+    status = vmi.get("status") or {}
+    ran = status.get("phase") in ("Scheduled", "Running") or bool(status.get("nodeName"))
+    if launcher is None:
+        return ("Failed", "the virt-launcher Pod is gone") if ran else None
+    phase = (launcher.get("status") or {}).get("phase")
+    if phase in FINAL:
+        return str(phase), f"the virt-launcher Pod ended in phase {phase}"
+    return None
 
 
 def launcher_name(vmi: str) -> str:

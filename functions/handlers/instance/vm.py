@@ -72,8 +72,29 @@ def requirements(request: Request) -> dict[str, Requirement]:
 
 
 def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
-    """What a start would make now, kept from a VMI that already runs (`keep_running`)."""
+    """What a start would make now, kept from a VMI that already runs (`keep_running`); a VMI
+    that ended Failed is replaced: KubeVirt never starts a VMI twice."""
+    vmi = instance.workload
+    if vmi is not None and failed(vmi):
+        return replacing(instance.request, vmi)
     return keep_running(instance, fresh(instance, facts, hostname))
+
+
+def failed(vmi: View | None) -> bool:
+    return vmi is not None and vmi.str("status", "phase") == reasons.FAILED
+
+
+def replacing(request: Request, vmi: View) -> Waiting:
+    """A failed VMI (its launcher lost with its node, or failed) is removed this round and a new
+    one started on the next, under the catalog as it is then; its license copy stays."""
+    copy = request.observed("license")
+    kept = {"license": as_observed(copy)} if copy is not None else {}
+    return Waiting(reasons.REPLACING_FAILED_VMI, failure_message(vmi), kept)
+
+
+def failure_message(vmi: View) -> str:
+    why = ready_message(vmi) or "no reason given"
+    return f"the VirtualMachineInstance failed ({why}); replacing it with a new one"
 
 
 def fresh(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
