@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from functions.core import apis, labels, names, quantity, reasons
@@ -205,7 +205,6 @@ class Machine:
     namespace: str
     image: str
     plan: Plan
-    labels: Mapping[str, str] = field(default_factory=dict)  # besides the Instance label
 
 
 def render_vmi(
@@ -238,7 +237,7 @@ def render_vmi(
         "metadata": {
             "name": machine.name,
             "namespace": machine.namespace,
-            "labels": {labels.INSTANCE: machine.name, **machine.labels},
+            "labels": {labels.INSTANCE: machine.name},
         },
         "spec": vmi_spec(machine.plan, resolved, disks, volumes, hostname),
     }
