@@ -14,7 +14,17 @@ RunFunctionResponse, keeping the protocol's promises (DESIGN §5) in one place:
   here, and a Fatal for a namespaced match by name, which it cannot serve;
 - bad input (`InputError`, or a Fatal the handler returns) becomes a Fatal result naming the
   field, and nothing composed earlier is dropped; any other exception becomes a Fatal result
-  naming the handler (the traceback goes to the log, never into a result).
+  naming the handler (the traceback goes to the log, never into a result);
+- the composite is checked before any handler reads it: without a `metadata` object or a
+  `metadata.name` it is refused naming the field, so no handler composes objects with empty
+  names. `metadata.uid` must be a string when present; its absence is legal, because
+  `crossplane render` (and the offline tools) send composites without one;
+- objects nested as deep as Kubernetes stores them (its JSON decoder allows 10,000 levels; a
+  Struct level is three protobuf levels, and upb's default of 100 broke at 32) are parsed; one
+  nested deeper than the handlers can walk is answered with a Fatal naming that object, never
+  a transport error;
+- a composed object is plain data by the time it is serialised: a value a handler copied from
+  an observed object as a view is written as the data it views.
 """
 
 from __future__ import annotations
@@ -27,9 +37,11 @@ from typing import Any
 from crossplane.function import logging, resource, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
+from google.protobuf.internal import api_implementation
 
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired, Severity
+from functions.views import ListView, ShapeError, View, view_of
 
 _STATUS = {True: fnv1.STATUS_CONDITION_TRUE, False: fnv1.STATUS_CONDITION_FALSE}
 _READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
@@ -100,6 +112,25 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         return len({*self.req.required_resources, *self.req.extra_resources})
 
 
+def allow_deep_messages() -> None:
+    """Parse requests nested as deep as Kubernetes stores objects (see the module docstring).
+
+    upb's parser stops at 100 message levels unless oversize protos are allowed, which lifts
+    its depth limit to 65,535 levels; the pure-Python parser takes the limit directly."""
+    if api_implementation.Type() == "upb":
+        from google._upb import _message
+
+        _message.SetAllowOversizeProtos(True)
+    else:  # pragma: no cover - the pure-Python implementation, where it is chosen
+        from google.protobuf.internal import decoder
+
+        decoder.SetRecursionLimit(MAX_MESSAGE_DEPTH)
+
+
+MAX_MESSAGE_DEPTH = 65_535
+allow_deep_messages()
+
+
 def request_of(req: fnv1.RunFunctionRequest) -> Request:
     observed = {name: r.resource for name, r in req.observed.resources.items()}
     return Request(req.observed.composite.resource, observed, _Required(req), step_input=req.input)
@@ -110,30 +141,93 @@ def run(handler: Handler, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionRespo
     request = request_of(req)
     protocol = Protocol.of(req)
     try:
-        if request.kind not in handler.kinds:
-            served = ", ".join(sorted(handler.kinds))
-            raise InputError(
-                "input.handler",
-                f"handler {handler.name!r} serves {served}; the composite is a "
-                f"{request.kind or 'resource without a kind'} — pick the handler for that kind",
-            )
+        check_composite(request, handler)
         requirements = handler.requirements(request)
         refusal = protocol.refusal(requirements)
         if refusal is not None:
             raise refusal
         desired = handler.compose(request.with_requirements(requirements))
-    except InputError as error:
+        if desired.failed:
+            rsp = response.to(req, handler.ttl)
+            _results(rsp, desired)
+            return rsp
+        return respond(req, handler.ttl, protocol, requirements, desired)
+    except (InputError, ShapeError) as error:
         return refuse(req, str(error), handler.ttl)
+    except RecursionError:
+        return refuse(req, too_deep(req), handler.ttl)
     except Exception as error:  # the frame's promise: a result, never a raised exception
         logging.get_logger().exception("handler failed", handler=handler.name, tag=req.meta.tag)
         return refuse(
             req, f"{handler.name} handler failed: {type(error).__name__}: {error}", handler.ttl
         )
-    if desired.failed:
-        rsp = response.to(req, handler.ttl)
-        _results(rsp, desired)
-        return rsp
-    return respond(req, handler.ttl, protocol, requirements, desired)
+
+
+def check_composite(request: Request, handler: Handler) -> None:
+    """The composite is of a kind the handler serves and has the metadata every name needs."""
+    if request.kind not in handler.kinds:
+        served = ", ".join(sorted(handler.kinds))
+        raise InputError(
+            "input.handler",
+            f"handler {handler.name!r} serves {served}; the composite is a "
+            f"{request.kind or 'resource without a kind'} — pick the handler for that kind",
+        )
+    metadata = request.xr.get("metadata")
+    if not isinstance(metadata, View):
+        raise InputError(
+            "metadata",
+            f"the {request.kind} has no metadata object; every object Crossplane sends has one "
+            "(with at least a name) — check what sent this request",
+        )
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(
+            "metadata.name",
+            f"the {request.kind} has no name; objects composed for it are named after it — "
+            "give it a metadata.name",
+        )
+    uid = metadata.get("uid")
+    if uid is not None and not isinstance(uid, str):
+        raise InputError("metadata.uid", f"must be a string, got {type(uid).__name__}")
+
+
+def too_deep(req: fnv1.RunFunctionRequest) -> str:
+    """A Fatal message naming the most deeply nested object of the request."""
+    depth, where = max(_depths(req), default=(0, "an object"))
+    return (
+        f"{where}: is nested {depth} levels deep, deeper than this function can read; "
+        "flatten it (Kubernetes allows it, but no gpustack object needs nesting this deep)"
+    )
+
+
+def _depths(req: fnv1.RunFunctionRequest) -> Iterator[tuple[int, str]]:
+    objects = [("composite", req.observed.composite.resource)]
+    objects += [(f"observed {n}", r.resource) for n, r in req.observed.resources.items()]
+    for field in (req.required_resources, req.extra_resources):
+        objects += [
+            (f"required {n}", i.resource) for n, found in field.items() for i in found.items
+        ]
+    for label, struct in objects:
+        view = view_of(struct)
+        kind, name = view.str("kind") or "object", view.name or "without a name"
+        yield _depth(struct), f"{label} {kind} {name}"
+
+
+def _depth(struct: struct_pb2.Struct) -> int:
+    """How many objects and lists deep a Struct goes, walked without recursion."""
+    deepest = 0
+    stack: list[tuple[struct_pb2.Struct | struct_pb2.ListValue, int]] = [(struct, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        values = node.fields.values() if isinstance(node, struct_pb2.Struct) else node.values
+        for value in values:
+            kind = value.WhichOneof("kind")
+            if kind == "struct_value":
+                stack.append((value.struct_value, depth + 1))
+            elif kind == "list_value":
+                stack.append((value.list_value, depth + 1))
+    return deepest
 
 
 def refuse(
@@ -163,7 +257,7 @@ def respond(
     for name in sorted(desired.resources):
         composed = rsp.desired.resources[name]
         composed.resource.Clear()
-        composed.resource.update(desired.resources[name])
+        composed.resource.update(plain(desired.resources[name]))
         composed.ready = _READY[desired.ready.get(name, False)]
     if desired.status:
         _merge_status(rsp.desired.composite, desired.status)
@@ -178,6 +272,17 @@ def respond(
         rsp.conditions.append(found)
     _results(rsp, desired)
     return rsp
+
+
+def plain(value: Any) -> Any:
+    """`value` with every view in it replaced by the data it views (what a Struct takes)."""
+    if isinstance(value, View | ListView):
+        return value.to_dict() if isinstance(value, View) else value.to_list()
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
 
 
 def _results(rsp: fnv1.RunFunctionResponse, desired: Desired) -> None:
@@ -201,6 +306,7 @@ def _select(selector: fnv1.ResourceSelector, requirement: Requirement) -> None:
 
 def _merge_status(composite: fnv1.Resource, status: Mapping[str, Any]) -> None:
     """Set our status keys, keeping any an earlier step set."""
-    merged = resource.struct_to_dict(composite.resource).get("status", {})
-    merged.update(status)
+    merged = resource.struct_to_dict(composite.resource).get("status")
+    merged = merged if isinstance(merged, dict) else {}
+    merged.update(plain(status))
     composite.resource.update({"status": merged})

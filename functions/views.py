@@ -154,6 +154,53 @@ class ListView:
         return [_plain(value) for value in self]
 
 
+class ShapeError(ValueError):
+    """A value of the wrong type at `field` (its path from the object's root)."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# What a field may hold, as the XRDs' structural schemas say it: a check and its words.
+OBJECT = ("an object", lambda value: isinstance(value, View))
+LIST = ("a list", lambda value: isinstance(value, ListView))
+STRING = ("a string", lambda value: isinstance(value, str))
+BOOLEAN = ("true or false", lambda value: isinstance(value, bool))
+WHOLE = ("a whole number", _whole)
+QUANTITY = (
+    "a quantity such as 4, 500m or 16Gi",
+    lambda value: isinstance(value, str) or _whole(value),
+)
+Shape = Mapping[str, tuple[str, Any]]
+
+
+def check_shape(view: View, at: str, shape: Shape) -> None:
+    """Raise ShapeError naming the first field of `view` (sorted) whose value is present but
+    not what `shape` says it holds; nested shapes are written as dotted names."""
+    for name in sorted(shape):
+        value = view.get(*name.split("."))
+        words, holds = shape[name]
+        if value is not None and not holds(value):
+            raise ShapeError(f"{at}.{name}", f"must be {words}, got {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, View):
+        return "an object"
+    if isinstance(value, ListView):
+        return "a list"
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def view_of(obj: struct_pb2.Struct | Mapping[str, Any] | View | None) -> View:
     """The right View for a Struct, a dict, or a View already."""
     if isinstance(obj, View):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 
+import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
 
 from functions import frame
 from functions.handlers.base import Handler, InputError, Requirement
@@ -111,4 +114,111 @@ def test_a_fatal_result_the_handler_returns_keeps_the_desired_state_as_it_was():
     req = request()
     rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
     assert [(r.severity, r.reason) for r in rsp.results] == [(fnv1.SEVERITY_FATAL, "Immutable")]
+    assert rsp.desired == req.desired
+
+
+# --- the composite's metadata, deep objects, and what a handler hands back --------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    metadata: object  # the composite's metadata; MISSING: no key at all
+    want: str  # the Fatal message's start; "" when served
+
+
+MISSING = object()
+METADATA = [
+    Case("a composite without metadata is refused", MISSING, "metadata: the Thing has no metadata"),
+    Case("metadata that is not an object is refused", "n", "metadata: the Thing has no metadata"),
+    Case(
+        "a composite without a name is refused",
+        {"uid": "u"},
+        "metadata.name: the Thing has no name",
+    ),
+    Case("an empty name is refused", {"name": ""}, "metadata.name: the Thing has no name"),
+    Case(
+        "a name that is not a string is refused",
+        {"name": 7},
+        "metadata.name: the Thing has no name",
+    ),
+    Case(
+        "a uid that is not a string is refused",
+        {"name": "n", "uid": 1},
+        "metadata.uid: must be a string, got int",
+    ),
+    Case("a composite without a uid is served, as crossplane render sends it", {"name": "n"}, ""),
+]
+
+
+@pytest.mark.parametrize("case", METADATA, ids=lambda c: c.name)
+def test_a_composite_needs_the_metadata_every_composed_name_comes_from(case):
+    req = request()
+    composite = {"apiVersion": "example.org/v1", "kind": "Thing"}
+    if case.metadata is not MISSING:
+        composite["metadata"] = case.metadata
+    req.observed.composite.resource.Clear()
+    req.observed.composite.resource.update(composite)
+    rsp = frame.run(exploding(), req)
+    fatal = [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    if case.want:
+        assert len(fatal) == 1 and fatal[0].startswith(case.want), fatal
+        assert rsp.desired == req.desired
+    else:
+        assert fatal == [] and "mine" in rsp.desired.resources
+
+
+def test_a_value_copied_from_an_observed_object_is_written_as_its_data():
+    def compose(request):
+        desired = Desired()
+        observed = request.observed("mine")
+        desired.compose("copy", {**CONFIG_MAP, "data": observed.view("data")}, None)
+        desired.status = {"seen": observed.list("items")}
+        return desired
+
+    req = request()
+    req.observed.resources["mine"].resource.update({"data": {"a": "1"}, "items": [{"b": 2}]})
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
+    assert list(rsp.results) == []
+    assert dict(rsp.desired.resources["copy"].resource["data"]) == {"a": "1"}
+    assert rsp.desired.composite.resource["status"]["seen"][0]["b"] == 2
+
+
+def nested(depth: int) -> struct_pb2.Struct:
+    """`{a: {a: … "leaf"}}`, `depth` objects deep, built without recursion."""
+    inner = struct_pb2.Struct()
+    inner.fields["a"].string_value = "leaf"
+    for _ in range(depth - 1):
+        outer = struct_pb2.Struct()
+        outer.fields["a"].struct_value.CopyFrom(inner)
+        inner = outer
+    return inner
+
+
+def test_an_object_nested_deeper_than_a_handler_can_walk_gets_a_fatal_naming_it():
+    def compose(request):
+        request.xr.to_dict()  # walks the whole composite
+        return Desired()
+
+    req = request()
+    req.observed.composite.resource.fields["spec"].struct_value.CopyFrom(nested(3000))
+    req = fnv1.RunFunctionRequest.FromString(req.SerializeToString())  # parsed, not refused
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
+    assert [r.message for r in rsp.results] == [
+        "composite Thing n: is nested 3001 levels deep, deeper than this function can read; "
+        "flatten it (Kubernetes allows it, but no gpustack object needs nesting this deep)"
+    ]
+    assert rsp.desired == req.desired
+
+
+def test_a_response_that_cannot_be_written_is_a_fatal_result_not_an_exception():
+    def compose(request):
+        desired = Desired()
+        desired.compose("odd", {**CONFIG_MAP, "data": {1, 2}}, None)  # a set: no Struct value
+        return desired
+
+    req = request()
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
+    assert [r.severity for r in rsp.results] == [fnv1.SEVERITY_FATAL]
+    assert rsp.results[0].message.startswith("h handler failed: ")
     assert rsp.desired == req.desired
