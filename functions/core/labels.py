@@ -41,6 +41,13 @@ INSTANCE = "worker.gpustack.ai/instance"  # the Instance a Pod, Service or VMI b
 ALLOCATED = "device.gpustack.ai/accelerator.allocated"  # annotation: what the device plugin gave
 VIRT_LAUNCHER = {"kubevirt.io": "virt-launcher"}  # KubeVirt's launcher Pods
 
+# --- tenants (Cozystack's namespace conventions) -----------------------------------------------
+# A tenant namespace carries `tenant.cozystack.io/<namespace>` for itself and for every ancestor
+# tenant (packages/apps/tenant, `tenant.ancestorTenantLabels`).
+TENANT = "tenant.cozystack.io/"
+# A tenant's own vGPU entitlement: Cozystack publishes no namespace label for it yet; ours.
+VGPU_ENTITLED = "gpu.cozystack.io/vgpu"
+
 # --- Crossplane -------------------------------------------------------------------------------
 CLAIM_NAMESPACE = "crossplane.io/claim-namespace"
 CLAIM_NAME = "crossplane.io/claim-name"

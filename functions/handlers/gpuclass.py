@@ -40,11 +40,6 @@ BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 FEATURE_TYPES = (1, 4)  # license.featureType: NVIDIA vGPU (1) or Virtual Compute Server (4)
 DEFAULT_FEATURE_TYPE = 1
 
-# Cozystack's tenant namespaces carry `tenant.cozystack.io/<namespace>` for themselves and for
-# every ancestor tenant (packages/apps/tenant, `tenant.ancestorTenantLabels`).
-TENANT_LABEL = "tenant.cozystack.io/"
-# A tenant's own vGPU entitlement: Cozystack publishes no namespace label for it yet; ours.
-VGPU_ENTITLED_LABEL = "gpu.cozystack.io/vgpu"
 PLATFORM_NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitlement" setting'
 
 
@@ -338,7 +333,9 @@ def tenant_namespaces(namespace: View | None) -> list[str]:
     if namespace is None:
         return []
     found = sorted(
-        key.removeprefix(TENANT_LABEL) for key in namespace.labels() if key.startswith(TENANT_LABEL)
+        key.removeprefix(labels.TENANT)
+        for key in namespace.labels()
+        if key.startswith(labels.TENANT)
     )
     return found if namespace.name in found else []
 
@@ -386,11 +383,11 @@ def _tenant_not_entitled(tenant: str, namespace: View | None, own: str) -> str |
         return f"{whose} is not entitled to vGPU: the namespace was not found"
     if tenant_namespaces(namespace) == [tenant]:
         return None  # the root tenant: entitled by the platform
-    if namespace.labels().get(VGPU_ENTITLED_LABEL) == labels.TRUE:
+    if namespace.labels().get(labels.VGPU_ENTITLED) == labels.TRUE:
         return None
     return (
         f"{whose} is not entitled to vGPU: a tenant needs its own entitlement and an entitled "
-        f'parent; label namespace {tenant} with {VGPU_ENTITLED_LABEL}: "true"'
+        f'parent; label namespace {tenant} with {labels.VGPU_ENTITLED}: "true"'
     )
 
 
