@@ -8,14 +8,27 @@ always gives the same response bytes.
 Every request is counted in `RunFunction` (functions/metrics.py): the handler the step input
 names, latency, request bytes, and the Fatal results and refusals its response carries. With
 `--metrics-address` (env `METRICS_ADDRESS`; off by default) they are served at `/metrics`.
+
+Requests are parsed and handled by `--workers` worker processes (env `WORKERS`), never on the
+event loop, so a small request is answered while a large one is being handled: the loop only
+moves bytes (see `Workers`; docs/reliability.md has the figures).
+
+SIGTERM (or SIGINT) drains the server: health turns NOT_SERVING at once, new calls are refused
+with UNAVAILABLE (Crossplane retries them, on another replica if there is one), the calls in
+flight finish within `--grace-period` seconds (env `GRACE_PERIOD`; 30, the pod's default
+terminationGracePeriodSeconds), and the process exits 0. Whatever still runs at the deadline is
+cancelled, before the kubelet's SIGKILL would.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import signal
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import click
@@ -24,7 +37,7 @@ from crossplane.function import cli as sdkcli
 from crossplane.function import logging, runtime
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
-from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -35,24 +48,119 @@ from functions.views import view_of
 INPUT_API_VERSION = "fn.gpustack.ai/v1beta1"
 INPUT_KIND = "Input"
 DEFAULT_MAX_RECV_MESSAGE_MB = 64  # a pool's request carries every Devices object of the pool
+DEFAULT_WORKERS = 4
+DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds; none is set
+DRAINING = "draining: this replica is shutting down; retry on another"
+WORKER_LOST = "the worker handling this call stopped (out of memory?); retry"
 SERVICES = (
     "apiextensions.fn.proto.v1.FunctionRunnerService",
     "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
 )
 
 
+class Workers:
+    """Worker processes that run the frame on request bytes and answer response bytes.
+
+    Processes, not threads: parsing a 40 MiB request holds the interpreter for a quarter of a
+    second and handling it for longer, and threads share one interpreter (docs/reliability.md
+    measures both). Workers fork from a server process that has loaded the handlers once, and
+    ignore SIGTERM and SIGINT: the main process decides when they stop. A worker that dies
+    (killed for memory, say) fails the one call it ran; the pool is started again for the next.
+    """
+
+    def __init__(self, count: int = DEFAULT_WORKERS, debug: bool = False):
+        self.count, self.debug = count, debug
+        self.pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["functions.server"])
+        return ProcessPoolExecutor(
+            self.count, mp_context=context, initializer=_worker_started, initargs=(self.debug,)
+        )
+
+    async def run(self, payload: bytes) -> tuple[bytes, bytes, str]:
+        pool = self.pool
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, serve_bytes, payload)
+        except BrokenProcessPool:
+            if self.pool is pool:
+                self.pool = self._start()
+            raise
+
+    def warm(self) -> None:
+        """Start every worker now, rather than on the first calls."""
+        for future in [self.pool.submit(_ready) for _ in range(self.count)]:
+            future.result()
+
+    def stop(self, kill: bool) -> None:
+        """Stop the workers; `kill` ends those still running a call (past the grace period)."""
+        processes = list(getattr(self.pool, "_processes", {}).values()) if kill else []
+        self.pool.shutdown(wait=not kill, cancel_futures=True)
+        for process in processes:
+            process.kill()
+
+
+def _worker_started(debug: bool) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+
+
+def _ready() -> bool:
+    return True
+
+
+def serve_bytes(payload: bytes) -> tuple[bytes, bytes, str]:
+    """One call in a worker: the response's bytes, the part of it metrics read (its results,
+    conditions and composite, so the server never parses a large message), and the handler."""
+    req = fnv1.RunFunctionRequest.FromString(payload)
+    rsp = run_function(req)
+    told = fnv1.RunFunctionResponse(results=rsp.results, conditions=rsp.conditions)
+    told.desired.composite.CopyFrom(rsp.desired.composite)
+    return rsp.SerializeToString(deterministic=True), told.SerializeToString(), handler_name(req)
+
+
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
-    """Selects the handler named by the step input and runs it inside the frame."""
+    """Hands each call's bytes to a worker, counts it, refuses new calls once draining, and
+    knows how many are in flight."""
+
+    def __init__(self, workers: Workers):
+        self.workers = workers
+        self.draining = False
+        self.in_flight = 0
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: Any = None
     ) -> fnv1.RunFunctionResponse:
+        answer = await self.run_bytes(req.SerializeToString(), context)
+        return fnv1.RunFunctionResponse.FromString(answer)
+
+    async def run_bytes(self, payload: bytes, context: Any) -> bytes:
+        if self.draining:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINING)
+        self.in_flight += 1
         started = time.perf_counter()
-        rsp = run_function(req)
+        try:
+            answer, told, handler = await self.workers.run(payload)
+        except DecodeError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unreadable request: {error}")
+        except BrokenProcessPool:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, WORKER_LOST)
+        finally:
+            self.in_flight -= 1
+        summary = fnv1.RunFunctionResponse.FromString(told)
         metrics.function_metrics().observe(
-            handler_name(req), req.ByteSize(), time.perf_counter() - started, rsp
+            handler, len(payload), time.perf_counter() - started, summary
         )
-        return rsp
+        return answer
+
+    async def drain(self, grace: float) -> None:
+        """Refuse new calls and wait, at most `grace` seconds, for those in flight."""
+        self.draining = True
+        deadline = time.monotonic() + grace
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
 
 
 def handler_name(req: fnv1.RunFunctionRequest) -> str:
@@ -83,16 +191,9 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     return frame.run(handler, req)
 
 
-def _deterministic(message) -> bytes:
-    return message.SerializeToString(deterministic=True)
-
-
-def _runner_handler(service: str, request_type, response_type, call) -> grpc.GenericRpcHandler:
-    method = grpc.unary_unary_rpc_method_handler(
-        call,
-        request_deserializer=request_type.FromString,
-        response_serializer=_deterministic,
-    )
+def _runner_handler(service: str, call) -> grpc.GenericRpcHandler:
+    """RunFunction on bytes: v1 and v1beta1 are byte-identical, and workers parse them."""
+    method = grpc.unary_unary_rpc_method_handler(call)
     return grpc.method_handlers_generic_handler(service, {"RunFunction": method})
 
 
@@ -101,23 +202,8 @@ def build_server(
 ) -> grpc.aio.Server:
     """A grpc.aio server with v1 and v1beta1 RunFunction, health and reflection registered."""
     server = grpc.aio.server(options=list(options))
-
-    async def run_beta(req: fnv1beta1.RunFunctionRequest, context) -> fnv1beta1.RunFunctionResponse:
-        # v1beta1 is byte-identical to v1: round-trip through the wire format.
-        rsp = await runner.RunFunction(
-            fnv1.RunFunctionRequest.FromString(req.SerializeToString()), context
-        )
-        return fnv1beta1.RunFunctionResponse.FromString(rsp.SerializeToString())
-
     server.add_generic_rpc_handlers(
-        (
-            _runner_handler(
-                SERVICES[0], fnv1.RunFunctionRequest, fnv1.RunFunctionResponse, runner.RunFunction
-            ),
-            _runner_handler(
-                SERVICES[1], fnv1beta1.RunFunctionRequest, fnv1beta1.RunFunctionResponse, run_beta
-            ),
-        )
+        tuple(_runner_handler(service, runner.run_bytes) for service in SERVICES)
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -134,12 +220,18 @@ async def serve_async(
     creds: grpc.ServerCredentials | None,
     insecure: bool,
     options: Sequence[tuple[str, Any]] = (),
+    workers: int = DEFAULT_WORKERS,
+    grace_period: float = DEFAULT_GRACE_SECONDS,
+    debug: bool = False,
 ) -> None:
     if creds is None and not insecure:
         raise click.UsageError(
             "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR) or --insecure"
         )
-    server = build_server(FunctionRunner(), options)
+    pool = Workers(workers, debug)
+    pool.warm()
+    runner = FunctionRunner(pool)
+    server = build_server(runner, options)
     if insecure:
         server.add_insecure_port(address)
     else:
@@ -147,12 +239,24 @@ async def serve_async(
     await server.start()
     for service in ("", *SERVICES):
         await server.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-    logging.get_logger().info("serving", address=address, tls=not insecure)
-    asyncio.get_running_loop().add_signal_handler(
-        signal.SIGTERM,
-        lambda: asyncio.ensure_future(server.stop(grace=runtime.SHUTDOWN_GRACE_PERIOD_SECONDS)),
-    )
-    await server.wait_for_termination()
+    logging.get_logger().info("serving", address=address, tls=not insecure, workers=workers)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await shut_down(server, runner, grace_period)
+
+
+async def shut_down(server: grpc.aio.Server, runner: FunctionRunner, grace: float) -> None:
+    """Health NOT_SERVING, new calls refused, calls in flight finished within `grace`."""
+    log = logging.get_logger()
+    log.info("draining", in_flight=runner.in_flight, grace_period=grace)
+    await server.health.enter_graceful_shutdown()
+    await runner.drain(grace)
+    left = runner.in_flight
+    await server.stop(grace=None)  # anything still running past the deadline is cancelled
+    runner.workers.stop(kill=left > 0)
+    log.info("stopped", cancelled=left)
 
 
 def serve_with(
@@ -164,6 +268,8 @@ def serve_with(
     max_recv_message_size: int,
     max_send_message_size: int | None,
     metrics_address: str = "",
+    workers: int = DEFAULT_WORKERS,
+    grace_period: float = DEFAULT_GRACE_SECONDS,
 ) -> None:
     """Serve with the SDK's standard options (sizes in MB, as the SDK's CLI takes them)."""
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
@@ -177,13 +283,25 @@ def serve_with(
         ("grpc.max_send_message_length", send * 1024 * 1024),
     ]
     creds = None if insecure else runtime.load_credentials(tls_certs_dir) if tls_certs_dir else None
-    asyncio.run(serve_async(address, creds=creds, insecure=insecure, options=options))
+    asyncio.run(
+        serve_async(
+            address,
+            creds=creds,
+            insecure=insecure,
+            options=options,
+            workers=workers,
+            grace_period=grace_period,
+            debug=debug,
+        )
+    )
 
 
 def standard_options(func):
     """The SDK's standard flags, with the receive limit raised to 64 MiB by default, and
-    `--metrics-address`."""
+    `--metrics-address`, `--workers` and `--grace-period`."""
     func = metrics_option(func)
+    func = workers_option(func)
+    func = grace_period_option(func)
     func = sdkcli.standard_options(func)
     for param in func.__click_params__:
         if param.name == "max_recv_message_size":
@@ -196,6 +314,25 @@ metrics_option = click.option(
     envvar="METRICS_ADDRESS",
     default="",
     help="Serve Prometheus metrics at HOST:PORT/metrics (e.g. :8080). Default: off.",
+)
+
+
+workers_option = click.option(
+    "--workers",
+    envvar="WORKERS",
+    type=click.IntRange(min=1),
+    default=DEFAULT_WORKERS,
+    show_default=True,
+    help="Worker processes: requests handled at once; more wait in line.",
+)
+grace_period_option = click.option(
+    "--grace-period",
+    envvar="GRACE_PERIOD",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_GRACE_SECONDS,
+    show_default=True,
+    help="Seconds that calls in flight may take to finish after SIGTERM: the pod's "
+    "terminationGracePeriodSeconds (30 unless the pod sets it).",
 )
 
 

@@ -143,3 +143,31 @@ def test_gpustack_fn_serve_is_the_same_server():
     assert result.exit_code == 0
     assert "--tls-certs-dir" in result.output and "--max-recv-message-size" in result.output
     assert "[default: 64]" in result.output
+
+
+@pytest.mark.parametrize("depth", [48, 1000], ids=["48 levels", "1000 levels"])
+def test_a_deeply_nested_observed_object_is_served_not_failed_in_the_transport(
+    insecure_address, depth
+):
+    from google.protobuf import struct_pb2
+
+    inner = struct_pb2.Struct()
+    inner.fields["a"].string_value = "leaf"
+    for _ in range(depth - 1):
+        outer = struct_pb2.Struct()
+        outer.fields["a"].struct_value.CopyFrom(inner)
+        inner = outer
+    req = request(VALID)
+    req.observed.resources["deep"].resource.fields["spec"].struct_value.CopyFrom(inner)
+    rsp = call(insecure_address, req)  # upb's default limit answered UNKNOWN from 32 levels on
+    assert list(rsp.results) == [] and rsp.desired.composite.ready == fnv1.READY_TRUE
+
+
+def test_serve_takes_the_worker_and_grace_period_flags():
+    from click.testing import CliRunner
+
+    from functions.cli import main
+
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert "--workers" in result.output and "--grace-period" in result.output
+    assert "[default: 4;" in result.output and "[default: 30.0;" in result.output
