@@ -178,11 +178,27 @@ def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
 )
 @click.option("--once", is_flag=True, help="Poll once, apply if changed, and exit.")
 @click.option(
+    "--api-timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    envvar="API_TIMEOUT",
+    help="Seconds each call to the API server or the kubelet may take before it fails.",
+)
+@click.option(
     "--debug", "-d", is_flag=True, envvar="DEBUG", help="Emit debug logs (console lines)."
 )
 @server.metrics_option
 def agent(
-    node_name, period, pod_resources_socket, nvml_fixture, cpuinfo, once, debug, metrics_address
+    node_name,
+    period,
+    pod_resources_socket,
+    nvml_fixture,
+    cpuinfo,
+    once,
+    api_timeout,
+    debug,
+    metrics_address,
 ) -> None:
     """Report this node's GPUs and allocations as its Devices object.
 
@@ -197,14 +213,18 @@ def agent(
     from crossplane.function import logging
 
     from functions import metrics
-    from functions.agent.agent import Agent, KubernetesApi
+    from functions.agent.agent import Agent, KubernetesApi, run_until_stopped
     from functions.agent.nvml import FakeNvml, PynvmlBackend
     from functions.agent.podresources import list_devices
 
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
     nvml = FakeNvml.from_file(nvml_fixture) if nvml_fixture else PynvmlBackend()
     node_agent = Agent(
-        node_name, nvml, KubernetesApi(), partial(list_devices, pod_resources_socket), cpuinfo
+        node_name,
+        nvml,
+        KubernetesApi(api_timeout),
+        partial(list_devices, pod_resources_socket, timeout=api_timeout),
+        cpuinfo,
     )
     if once:
         node_agent.poll()
@@ -214,5 +234,6 @@ def agent(
         metrics.serve(metrics_address, {"/healthz": node_agent.live, "/readyz": node_agent.ready})
         logging.get_logger().info("serving metrics", address=metrics_address)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    node_agent.run(period, stop)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    run_until_stopped(node_agent, period, stop)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import socket
+from dataclasses import dataclass
 from functools import partial
 
 import pytest
@@ -161,6 +164,7 @@ def test_a_mig_reconfiguration_makes_exactly_one_write(kubelet, tmp_path):
     recording["devices"][0]["instances"].append(
         {"profile": "1g.10gb", "start": 4, "size": 1, "uuid": "MIG-new"}
     )
+    assert agent.poll() is False  # read once: held until the next poll reads it too
     assert agent.poll() is True
     assert agent.poll() is False
     assert len(agent.kube.applied) == 2
@@ -419,3 +423,176 @@ def test_the_real_backend_reads_through_nvml_calls_and_isolates_a_lost_gpu():
     assert devices[0]["computeCapability"] == "7.5" and devices[0]["mig"] == {"enabled": False}
     assert (devices[1]["uuid"], devices[1]["healthy"]) == ("GPU-lost", False)
     assert devices[1]["unhealthyReason"] == "nvmlDeviceGetMemoryInfo: GPU is lost"
+
+
+# --- faults: flapping readings, failing calls, hanging peers, stopping ------------------------
+
+
+@dataclass(frozen=True)
+class Flap:
+    name: str
+    fail: dict  # the readings of card 2 that fail on every other poll
+
+
+FLAPS = [
+    Flap("its UUID cannot be read every other poll", {"uuid": "NVML_ERROR_UNKNOWN"}),
+    Flap(
+        "its memory reads as lost every other poll", {"memoryTotalBytes": "NVML_ERROR_GPU_IS_LOST"}
+    ),
+    Flap("its name and PCI bus id fail together", {"name": "NVML_ERROR_TIMEOUT", "pciBusId": "x"}),
+    Flap("its MIG mode cannot be read every other poll", {"migEnabled": "NVML_ERROR_UNKNOWN"}),
+]
+
+
+@pytest.mark.parametrize("flap", FLAPS, ids=lambda f: f.name)
+def test_a_card_that_flaps_makes_no_write_in_a_hundred_polls(kubelet, flap):
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "node-t4-b.yaml").read_text())
+    agent = agent_for("node-t4-b", socket, nvml=FakeNvml(recording))
+    writes = []
+    for poll in range(100):
+        recording["devices"][2]["fail"] = flap.fail if poll % 2 else {}
+        writes.append(agent.poll())
+    assert writes.count(True) == 1 and writes[0] is True  # the first report, then nothing
+    card = agent.kube.applied[-1]["spec"]["accelerators"][0]["devices"][2]
+    assert (card["uuid"], card["healthy"]) == ("GPU-7a2b9c4d-1e3f-4a5b-8c6d-0e1f2a3b4c03", True)
+
+
+def test_a_card_that_stays_unreadable_is_reported_unhealthy_after_two_polls_as_itself(kubelet):
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "node-t4-b.yaml").read_text())
+    agent = agent_for("node-t4-b", socket, nvml=FakeNvml(recording))
+    assert agent.poll() is True
+    recording["devices"][2]["fail"] = {"uuid": "NVML_ERROR_GPU_IS_LOST", "name": "lost"}
+    assert [agent.poll(), agent.poll(), agent.poll()] == [False, True, False]
+    cards = agent.kube.applied[-1]["spec"]["accelerators"][0]["devices"]
+    assert [c["uuid"] for c in cards] == [c["uuid"] for c in recording["devices"]]
+    assert [c["product"] for c in cards] == ["Tesla T4"] * 4  # kept as last read, not "unknown"
+    assert [c["healthy"] for c in cards] == [True, True, False, True]
+    assert cards[2]["unhealthyReason"] == "NVML_ERROR_GPU_IS_LOST; lost"
+
+
+class RaisingNvml(FakeNvml):
+    """A fake whose card `index` raises something that is not an NVML error."""
+
+    def __init__(self, recording, index: int, error: Exception, opens: bool = True):
+        super().__init__(recording)
+        self.index, self.error, self.opens = index, error, opens
+
+    def device(self, index):
+        device = super().device(index)
+        if index != self.index:
+            return device
+        if not self.opens:
+            raise self.error
+
+        class Broken(type(device)):
+            def cores(inner):
+                raise self.error
+
+        return Broken(device.reading)
+
+
+@pytest.mark.parametrize(
+    "opens", [True, False], ids=["one reading of the card raises", "opening the card raises"]
+)
+def test_an_unexpected_exception_from_one_card_affects_that_card_only(kubelet, opens):
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "node-t4-b.yaml").read_text())
+    agent = agent_for("node-t4-b", socket, nvml=FakeNvml(recording))
+    agent.poll()
+    agent.nvml = RaisingNvml(recording, 1, ValueError("bad UTF-8 in a name"), opens)
+    assert [agent.poll(), agent.poll()] == [False, True]  # no poll failed; the change held
+    cards = agent.kube.applied[-1]["spec"]["accelerators"][0]["devices"]
+    assert [c["healthy"] for c in cards] == [True, False, True, True]
+    assert cards[1]["unhealthyReason"] == "ValueError: bad UTF-8 in a name"
+    assert cards[1]["uuid"] == recording["devices"][1]["uuid"]
+    assert agent.writes == 2 and agent.last_error is None
+
+
+def test_nvml_failing_keeps_the_reported_cards_unhealthy_rather_than_dropping_them(kubelet):
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "node-a10g.yaml").read_text())
+    agent = agent_for("node-a10g", socket, nvml=FakeNvml(recording))
+    agent.poll()
+    recording["available"], recording["reason"] = False, "Driver Not Loaded"
+    assert [agent.poll(), agent.poll()] == [False, True]
+    (card,) = agent.kube.applied[-1]["spec"]["accelerators"][0]["devices"]
+    assert card["uuid"] == "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575" and not card["healthy"]
+    assert card["unhealthyReason"] == "NVML is not available (Driver Not Loaded)"
+
+
+def test_random_read_failures_never_change_a_cards_identity_in_any_write(kubelet):
+    import random
+
+    _, socket = kubelet
+    recording = yaml.safe_load((FIXTURES / "nvml" / "node-t4-b.yaml").read_text())
+    agent = agent_for("node-t4-b", socket, nvml=FakeNvml(recording))
+    agent.poll()  # every card read once: from here on each has an identity to keep
+    chance = random.Random(13)
+    for _ in range(100):
+        for card in recording["devices"]:
+            card["fail"] = {"uuid": "NVML_ERROR_UNKNOWN"} if chance.random() < 0.3 else {}
+        agent.poll()
+    uuids = {c["uuid"] for c in recording["devices"]}
+    for written in agent.kube.applied:
+        assert {c["uuid"] for c in written["spec"]["accelerators"][0]["devices"]} == uuids
+
+
+@contextlib.contextmanager
+def silent_listener(family=socket.AF_INET, address=("127.0.0.1", 0)):
+    """A socket that accepts connections and never says a word."""
+    with socket.socket(family, socket.SOCK_STREAM) as server:
+        server.bind(address)
+        server.listen(8)
+        yield server.getsockname()
+
+
+def test_a_silent_api_server_fails_the_call_within_its_timeout():
+    import kubernetes
+
+    from functions.agent.agent import KubernetesApi
+
+    with silent_listener() as (host, port):
+        api = KubernetesApi(0.3, kubernetes.client.Configuration(host=f"http://{host}:{port}"))
+        for call in (
+            lambda: api.pods_on("node-a"),
+            lambda: api.node_cpu_capacity("node-a"),
+            lambda: api.apply_devices({"metadata": {"name": "node-a"}}),
+        ):
+            with pytest.raises(Exception) as failed:
+                call()
+            assert "timed out" in str(failed.value).lower()
+
+
+def test_a_silent_kubelet_fails_the_call_within_its_timeout(tmp_path):
+    import grpc
+
+    path = str(tmp_path / "kubelet.sock")
+    with silent_listener(socket.AF_UNIX, path), pytest.raises(grpc.RpcError) as failed:
+        list_devices(path, timeout=0.3)
+    assert failed.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_a_stop_ends_the_agent_while_a_call_hangs(kubelet):
+    import threading
+
+    from functions.agent.agent import run_until_stopped
+
+    _, socket_path = kubelet
+    hanging = threading.Event()
+
+    class HangingKube(FakeKube):
+        def pods_on(self, node):
+            hanging.set()
+            threading.Event().wait()  # a call that never returns (its timeout far away)
+
+    agent = agent_for("node-a10g", socket_path, kube=HangingKube(4))
+    stop = threading.Event()
+    threading.Thread(target=lambda: hanging.wait() and stop.set(), daemon=True).start()
+    ended = threading.Event()
+    runner = threading.Thread(
+        target=lambda: (run_until_stopped(agent, 30, stop, grace=0.2), ended.set()), daemon=True
+    )
+    runner.start()
+    assert ended.wait(5), "the agent kept running after it was stopped"

@@ -4,6 +4,12 @@ Each poll reads NVML, the CPU, and what the kubelet handed out, and builds the w
 object. It is applied (server-side, as field manager `gpustack-agent`, never touching
 `spec.managed`) only when its content changed; API errors back off exponentially.
 
+A card's reading is reported only once two polls in a row agree (`steady`), and a failed
+reading never changes what a card is (`report`): a flapping GPU makes no writes. When a change
+waits for its confirming poll, that poll comes after `CONFIRM_SECONDS`, not a whole period.
+Every call to the API server and the kubelet has a timeout (`--api-timeout`); SIGTERM ends the
+agent within `STOP_SECONDS` whatever the loop is waiting on (`run_until_stopped`).
+
 It logs through the server's structlog configuration (`crossplane.function.logging`: JSON lines,
 or console lines with `--debug`) and counts polls, writes, NVML errors and each card's health in
 functions/metrics.py. Its probes read `live()` (the loop still turns) and `ready()` (the last
@@ -26,6 +32,7 @@ from functions.agent import report
 from functions.agent.allocations import allocations
 from functions.agent.nvml import Nvml
 from functions.agent.podresources import ContainerDevices
+from functions.agent.steady import Steady, by_key, vendors_of
 from functions.core import labels
 from functions.core.devices import parse_spec
 from functions.metrics import AgentMetrics, Card, agent_metrics
@@ -35,6 +42,9 @@ FIELD_MANAGER = "gpustack-agent"
 MAX_BACKOFF_SECONDS = 300
 EVENT_WAIT_SLICE_SECONDS = 5.0  # how long a stop request may wait behind an NVML wait
 STALL_GRACE_SECONDS = 60.0  # beyond the period and the longest back-off: the loop is stuck
+CONFIRM_SECONDS = 5.0  # how soon a changed reading is read again, to confirm it
+STOP_SECONDS = 5.0  # how long SIGTERM waits for the loop to end its poll
+API_TIMEOUT_SECONDS = 10.0  # each call to the API server and the kubelet
 
 
 class Kube(Protocol):
@@ -60,27 +70,29 @@ class Agent:
     started: float | None = None  # clock() when the loop started
     last_attempt: float | None = None  # clock() when a poll last ended, either way
     last_error: str | None = None  # why the last poll failed; None after a success
+    steady: Steady = field(default_factory=Steady)  # each card as reported, and changes held
+    cpu_facts: dict[str, str] = field(default_factory=dict)  # the CPU as last read
 
     def build(self) -> dict[str, Any]:
-        """The Devices object as this node is now."""
-        accelerators = report.read_accelerators(self.nvml)
-        self.metrics.nvml_read(
-            accelerators.available, len(accelerators.errors), cards(accelerators)
-        )
-        for problem in accelerators.problems:
+        """The Devices object as this node is now, each card as it has held for two polls."""
+        reading = report.read_accelerators(self.nvml, previous=vendors_of(self.steady.reported))
+        accelerators = vendors_of(self.steady.settle(by_key(reading.vendors)))
+        self.metrics.nvml_read(reading.available, len(reading.errors), cards(accelerators))
+        for problem in reading.problems:
             logging.get_logger().warning(problem, node=self.node)
         pods = {
             f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
             for p in self.kube.pods_on(self.node)
         }
-        cpu = report.read_cpu(self.cpuinfo)
-        cpu["cores"] = report.cpu_cores(self.kube.node_cpu_capacity(self.node))
+        self.cpu_facts = report.read_cpu(self.cpuinfo) or self.cpu_facts  # unread: as before
+        cpu = {**self.cpu_facts, "cores": report.cpu_cores(self.kube.node_cpu_capacity(self.node))}
         spec = {
             "os": self.os,
             "arch": self.arch,
             "cpu": cpu,
-            "accelerators": accelerators.vendors,
-            "allocations": allocations(self.list_devices(), pods, accelerators.vendors),
+            "accelerators": accelerators,
+            # MIG devices resolve against this poll's reading: the kubelet hands out what exists
+            "allocations": allocations(self.list_devices(), pods, reading.vendors),
         }
         selector = labels.devices_labels(parse_spec(self.node, spec))
         return {
@@ -124,7 +136,7 @@ class Agent:
             if backoff:
                 stop.wait(backoff)
             else:
-                self.pause(period, stop)
+                self.pause(min(period, CONFIRM_SECONDS) if self.steady.unsettled else period, stop)
 
     def pause(self, period: float, stop: threading.Event) -> None:
         """Until the period ends, an NVML event arrives, or the agent is stopped."""
@@ -157,36 +169,61 @@ class Agent:
         return True, "ok"
 
 
-def cards(accelerators: report.AcceleratorReport) -> list[Card]:
-    """Each card's health from an NVML reading, for the per-card gauge."""
+def cards(vendors: list[dict[str, Any]]) -> list[Card]:
+    """Each reported card's health, for the per-card gauge."""
     return [
         Card(d["uuid"], d["index"], d["product"], d["healthy"])
-        for vendor in accelerators.vendors
+        for vendor in vendors
         for d in vendor["devices"]
     ]
 
 
-class KubernetesApi:
-    """The real API server, through the official client (in-cluster, else kubeconfig)."""
+def run_until_stopped(
+    agent: Agent, period: float, stop: threading.Event, grace: float = STOP_SECONDS
+) -> None:
+    """Run the loop on its own thread until `stop` is set (by SIGTERM), then give it `grace`
+    seconds to end its poll: a call that hangs past its timeout, or an NVML wait, never keeps
+    the agent from stopping."""
+    loop = threading.Thread(target=agent.run, args=(period, stop), name="poll", daemon=True)
+    loop.start()
+    while not stop.wait(1.0) and loop.is_alive():
+        pass
+    loop.join(grace)
+    if loop.is_alive():
+        logging.get_logger().warning("stopping mid-poll", node=agent.node, waited=grace)
 
-    def __init__(self):
+
+class KubernetesApi:
+    """The real API server, through the official client (in-cluster, else kubeconfig); every
+    call gives up after `timeout` seconds (connecting, and reading the answer), once: the
+    client's own retries are off, since the poll loop retries with its back-off."""
+
+    def __init__(self, timeout: float = API_TIMEOUT_SECONDS, configuration: Any = None):
         import kubernetes
 
-        try:
-            kubernetes.config.load_incluster_config()
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
-        self.core = kubernetes.client.CoreV1Api()
-        self.custom = kubernetes.client.CustomObjectsApi()
+        if configuration is None:
+            configuration = kubernetes.client.Configuration()
+            try:
+                kubernetes.config.load_incluster_config(client_configuration=configuration)
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config(client_configuration=configuration)
+        configuration.retries = False
+        client = kubernetes.client.ApiClient(configuration)
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.custom = kubernetes.client.CustomObjectsApi(client)
+        self.timeout = (timeout, timeout)
 
     def node_cpu_capacity(self, node: str) -> int | None:
         from functions.core import quantity
 
-        capacity = (self.core.read_node(node).status.capacity or {}).get("cpu")
+        found = self.core.read_node(node, _request_timeout=self.timeout)
+        capacity = (found.status.capacity or {}).get("cpu")
         return quantity.ceil(quantity.parse(capacity)) if capacity else None
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
-        pods = self.core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        pods = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _request_timeout=self.timeout
+        )
         return [self.core.api_client.sanitize_for_serialization(p) for p in pods.items]
 
     def apply_devices(self, devices: dict[str, Any]) -> None:
@@ -199,4 +236,5 @@ class KubernetesApi:
             field_manager=FIELD_MANAGER,
             force=True,
             _content_type="application/apply-patch+yaml",
+            _request_timeout=self.timeout,
         )
