@@ -117,7 +117,7 @@ def test_section_1_resource_flavors_and_cluster_queues(world):
             "kubernetes.io/arch": "amd64",
             "kubernetes.io/os": "linux",
         },
-        "tolerations": [{"operator": "Exists"}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],  # not every taint
     }
     assert (
         flavor["metadata"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-a10g.capacity"]

@@ -1,6 +1,16 @@
 """catalog: ResourceFlavors, the derived InstanceTypes and the InstanceTypeFlavor catalog.
 
-Flavors are the finest grain and never depend on settings. Derived InstanceTypes are
+Flavors are the finest grain and never depend on settings. A flavor tolerates only what the
+Instances it admits need: an accelerated flavor tolerates its manufacturer's GPU taint (the
+`nvidia.com/gpu` that GPU node pools carry to keep other Pods off), a CPU flavor nothing. Kueue
+copies these tolerations onto every admitted Pod, so the node-lifecycle taints
+(`node.kubernetes.io/unreachable`, `not-ready`) stay untolerated: a Pod on a lost node is
+evicted on Kubernetes' schedule (300 s, DefaultTolerationSeconds) and its Instance composes it
+again elsewhere; and no Pod is scheduled onto a NotReady, unreachable or cordoned node. (The
+reference tolerated every taint with `{operator: Exists}`: its Pods could be placed on a dead or
+cordoned node, and outlived any NoExecute taint but the two the API server times by default.)
+
+Derived InstanceTypes are
 create-only: a pool's preset applies when its type is first composed; afterwards the type is
 kept as observed. Types of another grouping (awareness flipped) are retained while they exist;
 an admin who deletes one removes it for good, while a deleted type of the current grouping is
@@ -13,7 +23,7 @@ import datetime
 import json
 from typing import Any
 
-from functions.core import apis, labels, names
+from functions.core import apis, labels, names, resources
 from functions.core.catalog import catalog_rows, derived_instance_type_spec, derived_pools
 from functions.core.flavors import Flavor, derive_flavors
 from functions.core.pools import NodeSummary, PoolKey
@@ -173,8 +183,17 @@ def resource_flavor(flavor: Flavor, nodes: list[NodeSummary]) -> dict:
             "labels": flavor.labels(),
             "annotations": {labels.NOTE + key: value for key, value in sorted(notes.items())},
         },
-        "spec": {"nodeLabels": flavor.node_labels(), "tolerations": [{"operator": "Exists"}]},
+        "spec": {"nodeLabels": flavor.node_labels(), **flavor_tolerations(flavor, first)},
     }
+
+
+def flavor_tolerations(flavor: Flavor, node: NodeSummary) -> dict[str, list[dict[str, str]]]:
+    """The taint an accelerated flavor's nodes carry for their GPUs, under any effect; none
+    for a CPU flavor (see the module docstring)."""
+    if not flavor.a_key:
+        return {}
+    key = resources.base_of(node.facts[flavor.a_key].manufacturer)
+    return {"tolerations": [{"key": key, "operator": "Exists"}]}
 
 
 HANDLER = Handler(

@@ -13,8 +13,9 @@ steps:
   show: [InstanceType, Instance]                 # what to print after the step settles
 ```
 
-`kubectl apply -f`, `patch` (`--type=merge` or `--type=json`; `-p`) and `delete` are understood,
-with `-n/--namespace` anywhere; kinds by kind, plural, singular or short name. Every write
+`kubectl apply -f`, `patch` (`--type=merge` or `--type=json`; `-p`; `--subresource=status`) and
+`delete` are understood, with `-n/--namespace` anywhere; kinds by kind, plural, singular or short
+name. `sleep SECONDS` lets time pass for the stand-ins that keep it (node lifecycle). Every write
 goes through the simulated API server: a write a real API server refuses fails the step with
 its message. After an Instance table, the reason of every Instance not Ready is printed too.
 """
@@ -116,6 +117,10 @@ class Kubectl:
 
     def run(self, command: str) -> None:
         words = shlex.split(command)
+        if words[:1] == ["sleep"] and len(words) == 2:
+            for controller in self.world.controllers:
+                getattr(controller, "sleep", lambda seconds: None)(float(words[1]))
+            return
         if words[:1] != ["kubectl"]:
             raise ValueError("a step runs kubectl commands only")
         args, options = _parse(words[1:])
@@ -134,11 +139,11 @@ class Kubectl:
             raise ValueError(f"kubectl {verb} is not something a scenario can run")
 
     def _patch(self, kind: str, name: str, namespace: str, options: dict[str, Any]) -> None:
-        patch = json.loads(options["patch"])
+        patch, subresource = json.loads(options["patch"]), options.get("subresource", "")
         if options.get("type", "strategic") == "json":
-            self.world.api.json_patch(kind, name, patch, namespace)
+            self.world.api.json_patch(kind, name, patch, namespace, subresource)
         else:  # merge; a strategic merge of these objects' fields is the same here
-            self.world.api.merge_patch(kind, name, patch, namespace)
+            self.world.api.merge_patch(kind, name, patch, namespace, subresource)
 
     def _target(self, rest: list[str]) -> tuple[str, str]:
         if len(rest) == 1 and "/" in rest[0]:
@@ -184,6 +189,7 @@ def _parse(words: list[str]) -> tuple[list[str], dict[str, Any]]:
     """kubectl's arguments and the options a scenario uses (`-n`, `-f`, `-p`, `--type`)."""
     aliases = {"-n": "namespace", "-f": "filename", "-p": "patch", "--type": "type"}
     aliases |= {"--namespace": "namespace", "--filename": "filename", "--patch": "patch"}
+    aliases["--subresource"] = "subresource"
     args: list[str] = []
     options: dict[str, Any] = {"filename": []}
     words = list(words)

@@ -30,6 +30,7 @@ from functions.simulate.kubelet import Kubelet
 from functions.simulate.kubevirt import KubeVirt
 from functions.simulate.kueue import Kueue
 from functions.simulate.nfd import Nfd
+from functions.simulate.nodelifecycle import NodeLifecycle
 from functions.simulate.nvidia import NvidiaPlugin
 from functions.simulate.scheduler import Scheduler
 from functions.simulate.storage import Provisioner
@@ -66,6 +67,7 @@ class World:
         self.kubelet = Kubelet(client, plugins)
         self.controllers: list[Any] = [
             self.crossplane,
+            NodeLifecycle(client),  # next to Crossplane: its admission part sees new Pods first
             Nfd(client),
             Provisioner(client),
             KubeVirt(client),

@@ -1,0 +1,196 @@
+"""Node lifecycle: kube-controller-manager's NodeLifecycle and taint-eviction controllers, the
+API server's DefaultTolerationSeconds admission plugin, and the Pod garbage collector's part.
+
+What each does, as Kubernetes documents it (docs/reliability.md, "Node loss"):
+- DefaultTolerationSeconds: a Pod created without a toleration for
+  `node.kubernetes.io/not-ready` or `node.kubernetes.io/unreachable` (NoExecute, by key or with
+  an empty key) gets `{key, operator: Exists, effect: NoExecute, tolerationSeconds: 300}` for
+  each, appended at creation — before Kueue appends its flavor's tolerations at admission.
+- NodeLifecycle: a node whose Ready condition is False gets `node.kubernetes.io/not-ready`, one
+  whose Ready is Unknown (its kubelet stopped posting) `node.kubernetes.io/unreachable`, each
+  as a NoSchedule and a NoExecute taint with `timeAdded`; they go when the node is Ready again.
+  The Pods on a node that is not Ready are marked not Ready (MarkPodsNotReady).
+- Taint eviction: on a node with NoExecute taints, a Pod is evicted at once if one taint has no
+  matching toleration; otherwise after the least `tolerationSeconds` among the tolerations that
+  match (the first matching toleration per taint, in the Pod's order); never if none has
+  seconds. The time counts from when the Pod was first seen on the tainted node.
+- Eviction is a graceful delete: the Pod is marked (`metadata.deletionTimestamp`) and is gone
+  once its kubelet confirms. A kubelet that still posts status (Ready True or False) confirms at
+  once; an unreachable one never does, and the Pod stays Terminating until the Pod garbage
+  collector force-deletes it: when its node is deleted, or carries the
+  `node.kubernetes.io/out-of-service` taint while not Ready.
+
+The simulated cluster has no clock. This stand-in keeps one: it starts at 0 and moves only when
+the scenario says time passes (`sleep SECONDS` in a step, `NodeLifecycle.sleep`). Taints are
+stamped with it (`timeAdded`, from kube.TRANSITION_TIME); evictions fall due against it. So the
+same scenario always evicts the same Pods at the same step. `node-monitor-grace-period` (how
+long a silent kubelet takes to read as Unknown) is not played: a scenario sets the condition.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from functions.simulate import kube
+from functions.simulate.client import Client
+
+NOT_READY = "node.kubernetes.io/not-ready"
+UNREACHABLE = "node.kubernetes.io/unreachable"
+OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+LIFECYCLE_KEYS = (NOT_READY, UNREACHABLE)
+DEFAULT_TOLERATION_SECONDS = (
+    300  # kube-apiserver's --default-not-ready/unreachable-toleration-seconds
+)
+DEFAULT_GRACE_SECONDS = 30  # a Pod's terminationGracePeriodSeconds when it sets none
+EPOCH = datetime.datetime.fromisoformat(kube.TRANSITION_TIME.replace("Z", "+00:00"))
+
+
+class NodeLifecycle:
+    def __init__(self, api: Client):
+        self.api = api
+        self.clock = 0.0  # seconds since the scenario started
+        self.tainted_since: dict[str, float] = {}  # Pod → when it was first on a tainted node
+
+    def sleep(self, seconds: float) -> None:
+        """Time passes (a scenario's `sleep`): evictions that fall due happen next run."""
+        self.clock += seconds
+
+    def run(self) -> None:
+        self.admit_new_pods()
+        nodes = {node["metadata"]["name"]: node for node in self.api.list("Node")}
+        for node in nodes.values():
+            self.taint(node)
+        pods = self.api.list("Pod")
+        for pod in pods:
+            node = nodes.get(pod["spec"].get("nodeName", ""))
+            if node is not None and _ready(node) in ("False", "Unknown"):
+                self.mark_not_ready(pod)
+            self.evict_if_due(pod, node)
+        self.collect(self.api.list("Pod"), nodes)
+
+    # --- DefaultTolerationSeconds -------------------------------------------------------------
+
+    def admit_new_pods(self) -> None:
+        """Runs right after Crossplane, so it meets each Pod as created, before Kueue admits
+        it and appends its flavor's tolerations; a Pod it has met already has both."""
+        for pod in self.api.list("Pod"):
+            added = default_tolerations(pod["spec"].get("tolerations") or [])
+            if added:
+                pod["spec"]["tolerations"] = [*(pod["spec"].get("tolerations") or []), *added]
+                self.api.apply(pod)
+
+    # --- NodeLifecycle ------------------------------------------------------------------------
+
+    def taint(self, node: dict[str, Any]) -> None:
+        """The not-ready or unreachable taints the node's Ready condition calls for."""
+        wanted = {"False": NOT_READY, "Unknown": UNREACHABLE}.get(_ready(node) or "")
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        kept = [t for t in taints if t.get("key") not in LIFECYCLE_KEYS or t.get("key") == wanted]
+        for effect in ("NoSchedule", "NoExecute") if wanted else ():
+            if not any(t.get("key") == wanted and t.get("effect") == effect for t in kept):
+                taint = {"key": wanted, "effect": effect}
+                if effect == "NoExecute":
+                    taint["timeAdded"] = self.now(0)
+                kept.append(taint)
+        if kept != taints:
+            node.setdefault("spec", {})["taints"] = kept
+            if not kept:
+                del node["spec"]["taints"]
+            self.api.apply(node)
+
+    def mark_not_ready(self, pod: dict[str, Any]) -> None:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+        if ready is not None and ready.get("status") != "False":
+            ready["status"] = "False"
+            self.api.update_status(pod)
+
+    # --- taint eviction -----------------------------------------------------------------------
+
+    def evict_if_due(self, pod: dict[str, Any], node: Mapping[str, Any] | None) -> None:
+        key = kube.pod_key(pod)
+        taints = [
+            t
+            for t in ((node or {}).get("spec") or {}).get("taints") or []
+            if t.get("effect") == "NoExecute"
+        ]
+        if not taints or "deletionTimestamp" in pod["metadata"]:
+            self.tainted_since.pop(key, None)
+            return
+        since = self.tainted_since.setdefault(key, self.clock)
+        seconds = toleration_seconds(pod["spec"].get("tolerations") or [], taints)
+        if seconds is not None and self.clock >= since + seconds:
+            self.tainted_since.pop(key, None)
+            grace = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+            pod["metadata"]["deletionTimestamp"] = self.now(grace)
+            self.api.apply(pod)
+
+    # --- the kubelet's confirmation, and the Pod garbage collector ----------------------------
+
+    def collect(self, pods: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]) -> None:
+        """Pods marked for deletion are gone once confirmed or force-deleted (module docstring)."""
+        for pod in pods:
+            if "deletionTimestamp" not in pod["metadata"]:
+                continue
+            node = nodes.get(pod["spec"].get("nodeName", ""))
+            if node is None or _confirmed(node):
+                self.api.delete("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
+
+    def now(self, later: float) -> str:
+        moment = EPOCH + datetime.timedelta(seconds=self.clock + later)
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def default_tolerations(tolerations: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What DefaultTolerationSeconds adds to a Pod created with these tolerations."""
+    added = []
+    for key in LIFECYCLE_KEYS:
+        tolerated = any(
+            (t.get("key") or "") in ("", key) and (t.get("effect") or "") in ("", "NoExecute")
+            for t in tolerations
+        )
+        if not tolerated:
+            added.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+    return added
+
+
+def toleration_seconds(
+    tolerations: list[Mapping[str, Any]], taints: list[Mapping[str, Any]]
+) -> float | None:
+    """How long a Pod may stay on a node with these NoExecute taints: 0 when one is not
+    tolerated, None when it may stay for ever (the taint-eviction controller's rule)."""
+    used = []
+    for taint in taints:
+        first = next((t for t in tolerations if kube.tolerates(t, taint)), None)
+        if first is None:
+            return 0
+        used.append(first)
+    seconds = [t["tolerationSeconds"] for t in used if t.get("tolerationSeconds") is not None]
+    return max(0, min(seconds)) if seconds else None
+
+
+def _confirmed(node: Mapping[str, Any]) -> bool:
+    """Whether a Pod marked for deletion on this node is gone: its kubelet posts status (it
+    stops the containers and confirms), or the node is out of service while not Ready."""
+    if _ready(node) in ("True", "False"):
+        return True
+    taints = (node.get("spec") or {}).get("taints") or []
+    return any(t.get("key") == OUT_OF_SERVICE and t.get("effect") == "NoExecute" for t in taints)
+
+
+def _ready(node: Mapping[str, Any]) -> str | None:
+    """The node's Ready status; None before its kubelet first posted one (a node is judged
+    only once it has reported: node-monitor-grace-period runs from registration)."""
+    for found in (node.get("status") or {}).get("conditions") or []:
+        if found.get("type") == "Ready":
+            return str(found.get("status", "Unknown"))
+    return None

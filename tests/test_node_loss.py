@@ -1,0 +1,167 @@
+"""Node loss: a lost node's Pods are evicted on Kubernetes' schedule and Instances come back.
+
+The node lifecycle stand-in (functions/simulate/nodelifecycle.py) plays kube-controller-manager's
+NodeLifecycle and taint-eviction controllers and the API server's DefaultTolerationSeconds; the
+ResourceFlavors the catalog composes decide what an admitted Pod tolerates. The scenario
+`examples/node-loss/` is the acceptance test: a node goes NotReady, and 300 s later its
+Instance runs on the other node of its pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from click.testing import CliRunner
+
+from functions.cli import main
+from functions.simulate import World, load_documents, world_from
+from functions.simulate.nodelifecycle import (
+    NodeLifecycle,
+    default_tolerations,
+    toleration_seconds,
+)
+from tests.support.schemas import ROOT
+
+NODE_LOSS = ROOT / "examples" / "node-loss"
+NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
+UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+DEFAULTS = default_tolerations([])
+EVERYTHING = {"operator": "Exists"}  # what flavors tolerated before: every taint
+GPU = {"key": "nvidia.com/gpu", "operator": "Exists"}
+
+
+def test_the_node_loss_scenario_prints_what_it_recorded():
+    """After an intended change, review the difference and refresh the file with
+    `gpustack-fn simulate examples/node-loss/scenario.yaml > examples/node-loss/expected.txt`."""
+    result = CliRunner().invoke(main, ["simulate", str(NODE_LOSS / "scenario.yaml")])
+    assert result.exit_code == 0, result.output
+    assert result.output == (NODE_LOSS / "expected.txt").read_text()
+    steps = result.output.split("== ")
+    assert "Ready   node-t4-a" in steps[1]
+    assert "NotReady   node-t4-a" in steps[2] and "NotReady   node-t4-a" in steps[3]
+    assert "Ready   node-t4-b" in steps[4]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    tolerations: list
+    taints: list
+    want: float | None  # seconds the Pod may stay; None: for ever
+
+
+CASES = [
+    Case(
+        "a Pod with the defaults stays 300 s on a NotReady node", [*DEFAULTS, GPU], [NOT_READY], 300
+    ),
+    Case(
+        "a Pod with the defaults stays 300 s on an unreachable node",
+        [*DEFAULTS, GPU],
+        [UNREACHABLE],
+        300,
+    ),
+    Case("a Pod tolerating nothing of the node's is evicted at once", [GPU], [NOT_READY], 0),
+    Case(
+        "the first matching toleration decides: defaults before Exists",
+        [*DEFAULTS, EVERYTHING],
+        [UNREACHABLE],
+        300,
+    ),
+    Case(
+        "a Pod created tolerating every taint is never evicted", [EVERYTHING], [UNREACHABLE], None
+    ),
+    Case(
+        "the least seconds among the taints' tolerations count",
+        [{**DEFAULTS[0], "tolerationSeconds": 30}, DEFAULTS[1]],
+        [NOT_READY, UNREACHABLE],
+        30,
+    ),
+    Case("a node without NoExecute taints keeps every Pod", [], [], None),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_taint_eviction_counts_the_seconds_kubernetes_counts(case):
+    assert toleration_seconds(case.tolerations, case.taints) == case.want
+
+
+def test_default_toleration_seconds_adds_only_what_a_pod_does_not_tolerate():
+    assert [t["key"] for t in default_tolerations([GPU])] == [NOT_READY["key"], UNREACHABLE["key"]]
+    assert default_tolerations([EVERYTHING]) == []
+    assert [t["key"] for t in default_tolerations([DEFAULTS[0]])] == [UNREACHABLE["key"]]
+    assert all(t["tolerationSeconds"] == 300 for t in DEFAULTS)
+
+
+def test_flavors_tolerate_the_gpu_taint_only(world_after_start):
+    world = world_after_start
+    flavors = {f["metadata"]["name"]: f["spec"] for f in world.list("ResourceFlavor")}
+    accelerated = [s for n, s in flavors.items() if "nvidia-tesla-t4" in n]
+    assert accelerated and all(s["tolerations"] == [GPU] for s in accelerated)
+    assert all("tolerations" not in s for n, s in flavors.items() if "nvidia" not in n)
+
+
+@pytest.fixture
+def world_after_start() -> World:
+    world = world_from(
+        [NODE_LOSS / "devices.yaml", NODE_LOSS / "nodes.yaml", NODE_LOSS / "cluster.yaml"]
+    )
+    world.apply(*load_documents(NODE_LOSS / "instance.yaml"))
+    world.reconcile()
+    assert node_of(world) == "node-t4-a"
+    return world
+
+
+def node_of(world: World) -> str | None:
+    pod = world.get("Pod", "trainer", "default")
+    return pod["spec"].get("nodeName") if pod else None
+
+
+def lifecycle(world: World) -> NodeLifecycle:
+    return next(c for c in world.controllers if isinstance(c, NodeLifecycle))
+
+
+def set_ready(world: World, node: str, status: str) -> None:
+    condition = {"type": "Ready", "status": status, "reason": "Test", "message": ""}
+    world.api.merge_patch(
+        "Node", node, {"status": {"conditions": [condition]}}, subresource="status"
+    )
+
+
+def test_an_unreachable_nodes_pod_stays_terminating_until_the_node_is_out_of_service(
+    world_after_start,
+):
+    world = world_after_start
+    set_ready(world, "node-t4-a", "Unknown")  # the kubelet stopped posting status
+    world.reconcile()
+    taints = world.get("Node", "node-t4-a")["spec"]["taints"]
+    assert {(t["key"], t["effect"]) for t in taints} == {
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    }
+    lifecycle(world).sleep(300)
+    world.reconcile()
+    pod = world.get("Pod", "trainer", "default")
+    assert pod["metadata"]["deletionTimestamp"] == "2026-01-01T00:05:30Z"  # evicted at 300 s
+    assert node_of(world) == "node-t4-a"  # no kubelet to confirm it: Terminating
+    node = world.get("Node", "node-t4-a")
+    node["spec"]["taints"].append(
+        {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown", "effect": "NoExecute"}
+    )
+    world.api.apply(node)
+    world.reconcile()
+    assert node_of(world) == "node-t4-b"  # force-deleted, and composed again elsewhere
+
+
+def test_a_node_that_comes_back_in_time_keeps_its_pod_and_loses_its_taints(world_after_start):
+    world = world_after_start
+    set_ready(world, "node-t4-a", "False")
+    world.reconcile()
+    lifecycle(world).sleep(299)
+    world.reconcile()
+    set_ready(world, "node-t4-a", "True")
+    lifecycle(world).sleep(60)
+    world.reconcile()
+    assert node_of(world) == "node-t4-a"
+    assert "taints" not in world.get("Node", "node-t4-a").get("spec", {})
+    assert "deletionTimestamp" not in world.get("Pod", "trainer", "default")["metadata"]
