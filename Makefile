@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format legacy kueue bench schemas clean package
+.PHONY: demo test lint format legacy kueue bench schemas clean package soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -41,6 +41,18 @@ schemas: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The long reliability runs (docs/reliability.md): thousands of fresh fuzz examples per handler,
+# then every figure the doc's table reports, printed and kept in $(OUTPUT)/soak.json.
+# SOAK_SKIP=<handler> leaves one handler out of the fuzzing (while a finding in it is open).
+SOAK_FUZZ ?= 2000
+SOAK_SKIP ?=
+soak: $(STAMP)
+	GPUSTACK_FUZZ_EXAMPLES=$(SOAK_FUZZ) $(BIN)/python -m pytest -q -p no:cacheprovider -rx \
+	  tests/test_fuzz.py tests/test_shutdown.py tests/test_node_loss.py tests/test_agent.py \
+	  $(if $(SOAK_SKIP),-k "not $(SOAK_SKIP)")
+	$(BIN)/python -m tests.soak --fuzz $(SOAK_FUZZ) --out $(OUTPUT)/soak.json \
+	  $(if $(SOAK_SKIP),--skip-handler $(SOAK_SKIP))
 
 # The runtime image (linux/amd64 and linux/arm64) and the Crossplane package, one xpkg per
 # architecture, embedding the runtime image from the local Docker cache (docs/packaging.md).
