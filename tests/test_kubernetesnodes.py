@@ -13,6 +13,7 @@ from functions.simulate.apiserver import Refused
 from tests.support import schemas
 from tests.support.schemas import ROOT
 from tests.test_render import render
+from tests.test_virtual_machines import one_round, synced
 
 WALKTHROUGH, CLASSES = ROOT / "examples" / "walkthrough", ROOT / "examples" / "gpuclass"
 POOLS = ROOT / "examples" / "kubernetesnodes"
@@ -227,3 +228,31 @@ def test_a_failed_worker_is_replaced(world):
     world.reconcile()
     assert workers(world) == ["gpu-workers-0", "gpu-workers-1"]
     assert (status(world)["readyReplicas"], status(world)["phase"]) == (2, "Ready")
+
+
+def test_a_worker_that_has_not_started_is_recreated_with_the_new_spec(world):
+    world.apply(pool(replicas=1, count=4))  # only 3 free on gpu-a: the worker waits
+    world.reconcile()
+    assert status(world)["phase"] == "Scheduling"
+    toleration = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}  # opens gpu-b
+    world.patch("GPUClass", "example-whole-gpu", {"tolerations": [toleration]})
+    one_round(world)  # one reconcile: the worker's VMI goes, the pool says why
+    assert workers(world) == []
+    message = (
+        "the VirtualMachineInstance has not started and a start now would make another one "
+        "(tolerations differ); recreating it with the new spec"
+    )
+    assert status(world)["workers"][0] == {
+        "name": "gpu-workers-0",
+        "phase": "Starting",
+        "phaseMessage": message,
+    }
+    assert (status(world)["phase"], status(world)["phaseMessage"]) == (
+        "Starting",
+        f"gpu-workers-0: {message}",
+    )
+    world.reconcile()  # the next reconcile composes the new VMI, which fits on gpu-b
+    vmi = world.get("VirtualMachineInstance", "gpu-workers-0", NAMESPACE)
+    assert vmi["spec"]["tolerations"] == [toleration]
+    assert (status(world)["phase"], status(world)["workers"][0]["nodeName"]) == ("Ready", "gpu-b")
+    assert synced(world, "KubernetesNodes", "gpu-workers", NAMESPACE)

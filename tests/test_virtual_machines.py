@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from functions.simulate import World, load_documents, world_from
-from functions.simulate.apiserver import ApiServer
+from functions.simulate.apiserver import ApiServer, Refused
 from functions.simulate.client import Client
 from functions.simulate.kubevirt import KubeVirt
 from functions.simulate.store import Store
@@ -549,3 +549,82 @@ def test_a_failed_vmi_is_replaced_under_the_catalog_as_it_is_then(world):
         "Refused",
         "GPUClassNotFound",
     )
+
+
+# --- a VMI's spec never changes: one that has not started is replaced ---------------------------
+
+TOLERATION = {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def one_round(world: World) -> None:
+    """One round of every controller: what the cluster shows between two reconciles."""
+    for controller in world.controllers:
+        controller.run()
+
+
+def synced(world: World, kind: str, name: str, namespace: str) -> bool:
+    """Whether Crossplane's last apply went through (no write refused)."""
+    conditions = world.get(kind, name, namespace)["status"].get("conditions") or []
+    return not any(c["type"] == "Synced" and c["status"] == "False" for c in conditions)
+
+
+def test_the_api_server_refuses_a_change_to_a_vmis_spec_as_kubevirt_does(world):
+    world.apply(vm([{"className": "example-whole-gpu"}]))
+    world.reconcile()
+    vmi = copy.deepcopy(world.get("VirtualMachineInstance", "vm-1", "default"))
+    vmi["spec"]["tolerations"] = [TOLERATION]
+    with pytest.raises(Refused) as refused:
+        world.api.update(vmi)
+    assert str(refused.value) == (
+        'admission webhook "virtualmachineinstances-update-validator.kubevirt.io" denied the '
+        "request: update of VMI object is restricted"
+    )
+    assert "tolerations" not in world.get("VirtualMachineInstance", "vm-1", "default")["spec"]
+    labelled = copy.deepcopy(world.get("VirtualMachineInstance", "vm-1", "default"))
+    labelled["metadata"]["labels"]["team"] = "a"  # metadata stays writable
+    assert world.api.update(labelled)["metadata"]["labels"]["team"] == "a"
+
+
+def test_a_vmi_that_has_not_started_is_recreated_with_the_new_spec(new_gpu):
+    world = new_gpu
+    world.apply(vm([{"className": "example-new-gpu", "count": 2}]))
+    world.reconcile()
+    assert status(world)["phase"] == "Scheduling"  # no node advertises example.com/new-gpu yet
+    world.patch("GPUClass", "example-new-gpu", {"tolerations": [TOLERATION]})
+    one_round(world)  # one reconcile: the VMI goes, the Instance says why
+    assert world.get("VirtualMachineInstance", "vm-1", "default") is None
+    assert status(world)["phase"] == "Starting"
+    admitted = condition(world, "Admitted")
+    assert admitted[:2] == ("False", "ReplacingVirtualMachine")
+    message = (
+        "the VirtualMachineInstance has not started and a start now would make another one "
+        "(tolerations differ); recreating it with the new spec"
+    )
+    assert admitted[2] == status(world)["phaseMessage"] == message
+    world.reconcile()  # the next reconcile composes the new VMI
+    vmi = world.get("VirtualMachineInstance", "vm-1", "default")
+    assert vmi["spec"]["tolerations"] == [TOLERATION]
+    assert status(world)["phase"] == "Scheduling"
+    assert synced(world, "Instance", "vm-1", "default")
+
+
+def test_a_quantity_kubevirt_stores_in_canonical_form_is_no_new_spec(new_gpu):
+    world = new_gpu
+    found = vm([{"className": "example-new-gpu"}])
+    found["spec"]["volume"] = {"ephemeral": {"capacity": "1024Mi"}}
+    world.apply(found)
+    world.reconcile()
+    stored = world.get("VirtualMachineInstance", "vm-1", "default")
+    assert stored["spec"]["volumes"][1] == {
+        "name": "workspace",
+        "emptyDisk": {"capacity": "1024Mi"},
+    }
+    # KubeVirt's defaulting stores the spec it decoded, its quantities in canonical form
+    stored["spec"]["volumes"][1]["emptyDisk"]["capacity"] = "1Gi"
+    one_round(world)
+    assert world.get("VirtualMachineInstance", "vm-1", "default") is not None  # kept, not replaced
+    assert (status(world)["phase"], condition(world, "Admitted")[:2]) == (
+        "Scheduling",
+        ("True", "VirtualMachineInstanceComposed"),
+    )
+    assert synced(world, "Instance", "vm-1", "default")

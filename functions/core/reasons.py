@@ -46,6 +46,7 @@ WAITING_FOR_VOLUME = "WaitingForVolume"
 WAITING_FOR_LICENSE = "WaitingForLicense"
 WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a shortage: no eligible node has the GPUs yet
 REPLACING_FAILED_VMI = "ReplacingFailedVMI"  # a VMI ended Failed (node lost): a new one starts
+REPLACING_VIRTUAL_MACHINE = "ReplacingVirtualMachine"  # an unstarted VMI's spec changed: recreated
 
 # --- Instance: running and stopped ------------------------------------------------------------
 POD_COMPOSED = "PodComposed"

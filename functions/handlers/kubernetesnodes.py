@@ -11,8 +11,10 @@ highest-numbered workers (they are no longer desired, and Crossplane deletes the
 As for a VM Instance, refusals apply to starting a worker only: a worker VMI that has started
 is kept as observed while its class or the catalog changes, and the pool says what changed and
 that it applies at that worker's next start (`RestartRequired`); a new worker in the same state
-is refused. A shortage never refuses: the worker waits for scheduling. The status counts the
-workers that are Ready.
+is refused. A worker VMI that has not started but would now be made otherwise is replaced, not
+rewritten (KubeVirt refuses any change to a VMI's spec): it is left out now and composed anew on
+the next reconcile, as a failed one is. A shortage never refuses: the worker waits for
+scheduling. The status counts the workers that are Ready.
 """
 
 from __future__ import annotations
@@ -163,17 +165,19 @@ class Worker:
     vmi: dict | None  # what is composed for it (None: nothing, it cannot start)
     observed: View | None
     change: Condition | None = None  # a started worker kept: what a start now would change
-    replaced: bool = False  # its VMI failed: removed now, started anew on the next reconcile
+    replacing: str = ""  # why its VMI is removed now, to be started anew on the next reconcile
 
 
 def worker(request: Request, pool: Pool, index: int, start: Start) -> Worker:
     name = worker_name(pool, index)
     observed = request.observed(worker_key(index))
-    if vm.failed(observed):  # removed this round, a new worker VMI started on the next
-        return Worker(name, None, observed, replaced=True)
+    if observed is not None and vm.failed(observed):  # removed now, started anew on the next
+        return Worker(name, None, observed, replacing=vm.failure_message(observed))
     wanted = render_worker(pool, name, start)
-    if observed is None or not started(observed):
+    if observed is None:
         return Worker(name, wanted, observed)
+    if not started(observed):
+        return unstarted(name, wanted, observed)
     why = start.refusal or start.waiting
     if why is not None and why.reason in vm.TRANSIENT:
         return Worker(name, vm.as_observed(observed), observed)
@@ -188,6 +192,15 @@ def worker(request: Request, pool: Pool, index: int, start: Start) -> Worker:
     else:
         return Worker(name, wanted, observed)
     return Worker(name, vm.as_observed(observed), observed, change)
+
+
+def unstarted(name: str, wanted: dict | None, observed: View) -> Worker:
+    """A worker VMI not started yet: KubeVirt refuses to update its spec, so one a start now
+    would make otherwise is removed this round and composed anew on the next."""
+    differs = vm.changed_parts(wanted, observed)
+    if differs:
+        return Worker(name, None, observed, replacing=vm.recreate_message(differs))
+    return Worker(name, wanted, observed)
 
 
 def render_worker(pool: Pool, name: str, start: Start) -> dict | None:
@@ -253,6 +266,9 @@ def pool_phase(pool: Pool, start: Start, workers: list[Worker], ready: int) -> t
         return reasons.STARTING, start.waiting.message
     if start.resolved is not None and start.resolved.shortages:
         return reasons.SCHEDULING, vm.shortage_message(start.resolved.shortages)
+    replacing = [w for w in workers if w.replacing]
+    if replacing:
+        return reasons.STARTING, f"{replacing[0].name}: {replacing[0].replacing}"
     waiting = [w for w in workers if not started(w.observed)]
     if waiting and any(w.observed is not None for w in waiting):
         return reasons.SCHEDULING, f"{len(waiting)} of {pool.replicas} workers wait for a node"
@@ -261,9 +277,8 @@ def pool_phase(pool: Pool, start: Start, workers: list[Worker], ready: int) -> t
 
 def worker_status(found: Worker, start: Start) -> dict:
     status = {"name": found.name, **vm.vmi_status(found.observed)}
-    if found.replaced and found.observed is not None:
-        message = vm.failure_message(found.observed)
-        status = {"name": found.name, "phase": reasons.STARTING, "phaseMessage": message}
+    if found.replacing:
+        status = {"name": found.name, "phase": reasons.STARTING, "phaseMessage": found.replacing}
     elif found.vmi is None:
         why = start.refusal or start.waiting
         status = {

@@ -9,14 +9,17 @@ It decides whether a write is stored and what is stored, with the API server's r
 - where a kind has a status subresource, a write of the main resource keeps the stored status and
   `update_status` writes only the status (never moving the generation). A create keeps the status
   it is given, so fixtures (Nodes with their capacity) load in one write;
-- patches: JSON merge patch (RFC 7386) and JSON patch (RFC 6902), each then validated as an update.
+- patches: JSON merge patch (RFC 7386) and JSON patch (RFC 6902), each then validated as an update;
+- validating admission webhooks a stand-in registers (`webhooks`) judge each update of their kind
+  after the schema, as kube-apiserver calls them; status writes do not reach them.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from functions.simulate.schemas import KindSchema, Schemas
@@ -42,6 +45,16 @@ class Refused(Exception):
         self.errors = tuple(errors)
 
 
+@dataclass(frozen=True)
+class Webhook:
+    """A validating admission webhook on updates of one kind (not of its status subresource):
+    `admit(new, old)` says why it denies the update, or None."""
+
+    name: str
+    kind: str
+    admit: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
+
+
 class ApiServer:
     """Writes to `store`, validated against `schemas` (by default the v2 XRDs and the upstream
     schemas from `$GPUSTACK_SCHEMAS` or its fallbacks). `notices` says once what cannot be
@@ -52,6 +65,7 @@ class ApiServer:
         self.schemas = schemas or Schemas.found()
         self.notices: list[str] = list(self.schemas.notices)
         self.warnings: list[str] = []
+        self.webhooks: list[Webhook] = []
 
     def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """Store a new object at generation 1 (with the status it is given)."""
@@ -150,9 +164,19 @@ class ApiServer:
                 raise _invalid(schema, obj, checked.errors)
             self.warnings += checked.warnings
             obj = checked.obj
+        if old is not None and not status_only:
+            self._admit(obj, old)
         if old is not None:
             obj["metadata"]["generation"] = _generation(old, obj)
         return self.store.put(obj)
+
+    def _admit(self, obj: Mapping[str, Any], old: Mapping[str, Any]) -> None:
+        """kube-apiserver's wording for a webhook's denial; its status reason is the webhook's."""
+        for hook in self.webhooks:
+            denied = hook.admit(obj, old) if hook.kind == obj["kind"] else None
+            if denied:
+                message = f'admission webhook "{hook.name}" denied the request: {denied}'
+                raise Refused(message, INVALID)
 
     def _patch_base(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
         existing = self.store.get(kind, name, namespace)

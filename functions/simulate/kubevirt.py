@@ -9,22 +9,37 @@ A VMI has one launcher in its life (KubeVirt's VMI lifecycle): once its launcher
 it — evicted, deleted, its node gone — or the launcher failing ends the VMI in phase Failed, and
 a VMI in a final phase (Failed, Succeeded) is never started again: whoever owns it makes a new
 one.
+
+virt-api's VMI update admitter (the webhook `virtualmachineinstances-update-validator.kubevirt.io`)
+refuses any update that changes an existing VMI's spec, started or not — only KubeVirt's own
+service account may, for volume hotplug, which nothing here does. Labels, annotations and the
+status subresource stay writable. A VMI with another spec is a new VMI: delete, then create.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from functions.core import quantity
 from functions.simulate import kube
+from functions.simulate.apiserver import Webhook
 from functions.simulate.client import Client
+from functions.simulate.validation import json_equal
 
 LAUNCHER_LABEL = {"kubevirt.io": "virt-launcher"}
 CREATED_BY = "kubevirt.io/created-by"
+VMI_UPDATE_VALIDATOR = "virtualmachineinstances-update-validator.kubevirt.io"
+VMI_UPDATE_RESTRICTED = "update of VMI object is restricted"  # virt-api's words
 
 
 class KubeVirt:
     def __init__(self, api: Client):
         self.api = api
+        # virt-api registers its webhooks when KubeVirt is installed, before any VMI exists
+        api.api.webhooks.append(
+            Webhook(VMI_UPDATE_VALIDATOR, "VirtualMachineInstance", admit_vmi_update)
+        )
 
     def run(self) -> None:
         vmis = {
@@ -78,6 +93,26 @@ class KubeVirt:
 
 
 FINAL = ("Failed", "Succeeded")
+
+
+def admit_vmi_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
+    """virt-api's VMI update admitter: the spec is compared whole (semantic equality)."""
+    return None if semantic_equal(new.get("spec"), old.get("spec")) else VMI_UPDATE_RESTRICTED
+
+
+def semantic_equal(a: Any, b: Any) -> bool:
+    """apimachinery's `equality.Semantic`: JSON equality, but quantities by value (`1024Mi` is
+    `1Gi`, the form KubeVirt stores)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(semantic_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(semantic_equal, a, b))
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        try:
+            return quantity.parse(a) == quantity.parse(b)
+        except quantity.QuantityError:
+            return False
+    return json_equal(a, b)
 
 
 def phase_of(vmi: dict[str, Any]) -> str:

@@ -9,7 +9,8 @@ outcome into the Desired state.
 A refusal never removes a running workload: an observed Pod, or a VMI that has started on a
 node, is kept by a Fatal result (the container runtime), or composed as observed with a
 `RestartRequired` condition (the VirtualMachine runtime, `vm.keep_running`); a VMI that never
-left Pending or Scheduling has not started, so a refusal drops it.
+left Pending or Scheduling has not started, so a refusal drops it, and a new spec replaces it
+(`Waiting`, reason `ReplacingVirtualMachine`: KubeVirt refuses to update a VMI's spec).
 """
 
 from __future__ import annotations

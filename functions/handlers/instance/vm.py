@@ -14,6 +14,10 @@ observed while any of that changes; the Instance says what changed (`RestartRequ
 it applies at the next start. A shortage never refuses: the VMI waits for scheduling, and a
 passthrough class no eligible node advertises yet has no per-VM limit to exceed.
 
+KubeVirt refuses any change to an existing VMI's spec, started or not. A VMI that has not
+started but would now be made otherwise is therefore replaced, never rewritten: it is left out
+of this reconcile (Crossplane deletes it) and the next one composes the new VMI (`recreate`).
+
 The class resolution, the VMI layout and the keep-what-runs rule are shared with the
 KubernetesNodes handler (one VMI per worker).
 """
@@ -284,14 +288,36 @@ def keep_running(instance: Instance, outcome: Outcome) -> Outcome:
     """A started VMI (and its license copy) composed as observed when a start now would be
     refused, would wait, or would make another VMI; the Instance says what and when."""
     observed = instance.workload
-    if observed is None or not started(observed):
+    if observed is None:
         return outcome
+    if not started(observed):
+        return recreate(observed, outcome)
     if isinstance(outcome, Waiting) and outcome.reason in TRANSIENT:
         return kept(instance.request, observed, None)
     change = pending_change(outcome, instance.request)
     if change is None:
         return restart_required(outcome)
     return kept(instance.request, observed, change)
+
+
+def recreate(observed: View, outcome: Outcome) -> Outcome:
+    """A VMI that has not started, when a start now would make another: KubeVirt refuses to
+    update its spec, so it is left out now (Crossplane deletes it) and the next reconcile, with
+    no VMI observed, composes the new one. The license copy stays (a Secret may change)."""
+    if not isinstance(outcome, Running):
+        return outcome  # a refusal or a wait drops the VMI anyway
+    differs = changed_parts(outcome.resources.get("vmi"), observed)
+    if not differs:
+        return outcome
+    others = {name: obj for name, obj in outcome.resources.items() if name != "vmi"}
+    return Waiting(reasons.REPLACING_VIRTUAL_MACHINE, recreate_message(differs), others)
+
+
+def recreate_message(differs: Sequence[str]) -> str:
+    return (
+        "the VirtualMachineInstance has not started and a start now would make another one "
+        f"({', '.join(differs)} differ); recreating it with the new spec"
+    )
 
 
 # Waits that only mean "not read yet": a running VM is kept, and nothing is said to change.
@@ -397,7 +423,17 @@ def covers(observed: Any, wanted: Any) -> bool:
         )
     if wanted is None:
         return observed is None
-    return bool(wanted == observed)
+    return bool(wanted == observed) or same_quantity(observed, wanted)
+
+
+def same_quantity(observed: Any, wanted: Any) -> bool:
+    """KubeVirt compares specs semantically: `1024Mi` is the `1Gi` a cluster may store."""
+    if not (isinstance(observed, str) and isinstance(wanted, str)):
+        return False
+    try:
+        return quantity.parse(observed) == quantity.parse(wanted)
+    except quantity.QuantityError:
+        return False
 
 
 def as_observed(obj: View) -> dict:
