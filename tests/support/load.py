@@ -9,7 +9,6 @@ by the handler itself, once, and copied): about 4.7 KiB a node, so 40 MiB is som
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import subprocess
@@ -26,7 +25,6 @@ INPUT = {"apiVersion": "fn.gpustack.ai/v1beta1", "kind": "Input"}
 PRODUCT = "NVIDIA H100 80GB HBM3"
 A_KEY = "nvidia-h100-80gb-hbm3"
 POOL = f"gpustack--{A_KEY}-linux-amd64"
-NODE_BYTES = 4_800  # roughly, serialised
 
 
 def devices(name: str = "node-00000", cards: int = 8) -> dict[str, Any]:
@@ -141,12 +139,6 @@ def small_request(tag: str = "small") -> fnv1.RunFunctionRequest:
         }
     )
     return req
-
-
-def copied(req: fnv1.RunFunctionRequest, tag: str) -> fnv1.RunFunctionRequest:
-    found = copy.deepcopy(req)
-    found.meta.tag = tag
-    return found
 
 
 @contextlib.contextmanager
