@@ -214,6 +214,20 @@ def build_server(
     return server
 
 
+class Readiness:
+    """What `/readyz` answers: ready while serving, not while starting or draining (the
+    kubelet's probe cannot speak the gRPC health service through the function's mutual TLS)."""
+
+    def __init__(self) -> None:
+        self.ready, self.why = False, "starting"
+
+    def set(self, ready: bool, why: str) -> None:
+        self.ready, self.why = ready, why
+
+    def check(self) -> tuple[bool, str]:
+        return self.ready, self.why
+
+
 async def serve_async(
     address: str,
     *,
@@ -223,7 +237,9 @@ async def serve_async(
     workers: int = DEFAULT_WORKERS,
     grace_period: float = DEFAULT_GRACE_SECONDS,
     debug: bool = False,
+    readiness: Readiness | None = None,
 ) -> None:
+    readiness = readiness or Readiness()
     if creds is None and not insecure:
         raise click.UsageError(
             "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR) or --insecure"
@@ -239,11 +255,13 @@ async def serve_async(
     await server.start()
     for service in ("", *SERVICES):
         await server.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+    readiness.set(True, "serving")
     logging.get_logger().info("serving", address=address, tls=not insecure, workers=workers)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     await stop.wait()
+    readiness.set(False, DRAINING)
     await shut_down(server, runner, grace_period)
 
 
@@ -273,9 +291,10 @@ def serve_with(
 ) -> None:
     """Serve with the SDK's standard options (sizes in MB, as the SDK's CLI takes them)."""
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    readiness = Readiness()
     if metrics_address:
         metrics.function_metrics()  # the families show from the first scrape on
-        metrics.serve(metrics_address, {"/healthz": metrics.always_ok})
+        metrics.serve(metrics_address, {"/healthz": metrics.always_ok, "/readyz": readiness.check})
         logging.get_logger().info("serving metrics", address=metrics_address)
     send = max_send_message_size or max_recv_message_size
     options = [
@@ -292,6 +311,7 @@ def serve_with(
             workers=workers,
             grace_period=grace_period,
             debug=debug,
+            readiness=readiness,
         )
     )
 

@@ -97,3 +97,32 @@ def test_a_second_class_on_the_same_resource_conflicts(world):
     )
     assert world.get("GPUClass", "example-whole-gpu-copy")["status"]["free"] == 0
     assert conditions(world, "example-whole-gpu")["ResourceNameConflict"][0] == "False"
+
+
+def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
+    from functions.handlers import gpuclass
+    from functions.handlers.base import Request
+
+    offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
+
+    def node(name: str, units: str) -> dict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {
+                "allocatable": {"example.com/whole-gpu": units},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+
+    nodes = [node("gpu-a", "4"), node("gpu-b", "four")]
+    desired = gpuclass.compose(Request.of(offer, required={"nodes": nodes}))
+    assert (desired.status["free"], desired.status["maxFreePerNode"]) == (4, 4)
+    assert [(r.severity.name, r.message) for r in desired.results] == [
+        (
+            "WARNING",
+            "Node gpu-b: status.allocatable['example.com/whole-gpu']: 'four' is not a quantity "
+            "(expected e.g. 8, 500m, 64Gi); the node is left out of this class's free units",
+        )
+    ]

@@ -182,7 +182,10 @@ def test_the_runtime_config_turns_metrics_on_at_crossplanes_metrics_port():
         "path": "/healthz",
         "port": CROSSPLANE_METRICS_PORT,
     }
-    assert container["readinessProbe"]["tcpSocket"] == {"port": 9443}
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",  # not ready while draining (tests/test_shutdown.py)
+        "port": CROSSPLANE_METRICS_PORT,
+    }
     function = one(INSTALL / "function.yaml")
     drc = one(INSTALL / "deploymentruntimeconfig.yaml")
     assert function["spec"]["runtimeConfigRef"]["name"] == drc["metadata"]["name"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 
 import grpc
@@ -32,16 +34,25 @@ def outcome(future: grpc.Future) -> str:
     return "OK"
 
 
+def readyz(address: str) -> tuple[int, str]:
+    """The kubelet's readiness probe: `/readyz` on the metrics port."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/readyz", timeout=10) as answer:
+            return answer.status, answer.read().decode().strip()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode().strip()
+
+
 def test_sigterm_answers_every_call_in_flight_and_exits_zero():
     req = load.pool_request(NODES)
-    with load.server_process("--insecure", "--workers", "1", "--grace-period", "60") as (
-        process,
-        address,
-    ):
+    metrics = f"127.0.0.1:{load.free_port()}"
+    args = ("--insecure", "--workers", "1", "--grace-period", "60", "--metrics-address", metrics)
+    with load.server_process(*args) as (process, address):
         with grpc.insecure_channel(address) as channel:
             wait_ready(channel)
             stub = grpcv1.FunctionRunnerServiceStub(channel)
             stub.RunFunction(load.small_request(), timeout=30)  # the worker is up
+            ready_before = readyz(metrics)
             calls = [stub.RunFunction.future(req, timeout=120) for _ in range(CALLS)]
             while not any(call.done() for call in calls):  # the first answer: all sent by now
                 time.sleep(0.01)
@@ -51,12 +62,15 @@ def test_sigterm_answers_every_call_in_flight_and_exits_zero():
                 health_pb2.HealthCheckRequest(service=""), timeout=10
             )
             refused = stub.RunFunction.future(load.small_request(), timeout=30)
+            ready_draining = readyz(metrics)
             outcomes = Counter(outcome(call) for call in calls)
             late = outcome(refused)
         output, _ = process.communicate(timeout=60)
     draining = load.logged(output, "draining")
     assert process.returncode == 0, output
     assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    assert ready_before[0] == 200
+    assert ready_draining == (503, "draining: this replica is shutting down; retry on another")
     assert late == "UNAVAILABLE"
     # Every call is answered or, if it reached the server after SIGTERM, turned away; none is
     # CANCELLED, and every call in flight at SIGTERM (and the one answered before) is answered.

@@ -179,3 +179,11 @@ def test_an_unreadable_instance_type_status_names_its_field():
     with pytest.raises(StatusError) as raised:
         type_status.read(broken)
     assert raised.value.field == "status.detail.slicedDetail.logical.count"
+
+
+def test_an_instance_type_status_with_a_profile_that_is_no_object_names_it():
+    status = copy.deepcopy(fixture("instancetype-h100-mig-0.1.0.yaml"))
+    status["status"] = {"version": 2, "offers": {"profiles": [{"name": "3g.40gb"}, "7g.80gb"]}}
+    with pytest.raises(StatusError) as raised:
+        type_status.read(status)
+    assert raised.value.field == "status.offers.profiles[1]"

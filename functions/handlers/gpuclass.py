@@ -72,7 +72,7 @@ def compose(request: Request) -> Desired:
     permitted = is_permitted(request.required("kubevirt"), resource)
     license_problem = license_missing(request, spec)
     report(desired, spec, resource, conflict, permitted, license_problem)
-    free = [] if conflict else free_per_node(request, spec, resource)
+    free = [] if conflict else free_per_node(request, spec, resource, desired)
     desired.status = {
         "resourceName": resource,
         "free": sum(free),
@@ -156,7 +156,9 @@ def license_missing(request: Request, spec: View) -> str | None:
     return None
 
 
-def free_per_node(request: Request, spec: View, resource: str) -> list[int]:
+def free_per_node(request: Request, spec: View, resource: str, desired: Desired) -> list[int]:
+    """Free units of `resource` on each eligible node; a node whose allocatable cannot be read
+    is left out and named in a Warning."""
     tolerations = list(spec.list("tolerations").views())
     used: dict[str, int] = {}
     for pod in request.required("launchers") or []:
@@ -172,7 +174,12 @@ def free_per_node(request: Request, spec: View, resource: str) -> list[int]:
             continue
         try:
             total = quantity.floor(quantity.parse(allocatable))
-        except QuantityError:
+        except QuantityError as error:
+            desired.warning(
+                f"Node {node.name}: status.allocatable[{resource!r}]: {error}; "
+                "the node is left out of this class's free units",
+                reasons.UNREADABLE_OBJECT,
+            )
             continue
         free.append(max(0, total - used.get(node.name, 0)))
     return free

@@ -78,7 +78,8 @@ class Pool:
         spec = request.xr.view("spec")
         replicas = spec.get("replicas")
         count = 1 if replicas is None else int(replicas) if whole(replicas) else 0
-        return cls(request.name, request.namespace, spec, max(count, 0))
+        # An out-of-range count is refused (`refusals`); it must not be walked meanwhile.
+        return cls(request.name, request.namespace, spec, min(max(count, 0), MAX_REPLICAS))
 
 
 def worker_key(index: int) -> str:

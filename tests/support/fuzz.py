@@ -254,13 +254,7 @@ def _random_value(chance: random.Random, depth: int = 0) -> Any:
 # Defects the fuzz suite found in code outside the handlers' boundary, reported to its owners
 # and recorded here until fixed: (file, exception type) → what is wrong and the fix. A test
 # that meets one says so (xfail, with this text); it fails on anything else.
-KNOWN = {
-    ("functions/core/status/instancetype.py", "AttributeError"): (
-        "a published InstanceType status whose offers.profiles (or slicedDetail profiles) list "
-        "holds a non-object raises AttributeError instead of StatusError; fix: read each item "
-        "with read_object(p, 'status.offers.profiles[i]') in _offers and the detail reader"
-    ),
-}
+KNOWN: dict[tuple[str, str], str] = {}  # (file, exception) → a defect a fix is pending for
 
 
 def known_defect(handler: str, request: Any) -> str | None:

@@ -225,11 +225,7 @@ def _offers(status: Any) -> Offers:
         except ValueError:
             continue  # a mode a newer release offers: not ours to take
     profiles = tuple(
-        (
-            read_str(p.get("name"), f"status.offers.profiles[{i}].name"),
-            read_int(p.get("memoryMiB"), f"status.offers.profiles[{i}].memoryMiB"),
-            read_int(p.get("credits"), f"status.offers.profiles[{i}].credits"),
-        )
+        _profile(read_object(p, f"status.offers.profiles[{i}]"), f"status.offers.profiles[{i}]")
         for i, p in enumerate(read_list(offers.get("profiles"), "status.offers.profiles"))
     )
     return Offers(
@@ -247,6 +243,15 @@ def _offers(status: Any) -> Offers:
     )
 
 
+def _profile(profile: Any, at: str) -> tuple[str, int, int]:
+    """(name, MiB, credits) of one published partition profile (credits 0 where unpublished)."""
+    return (
+        read_str(profile.get("name"), f"{at}.name"),
+        read_int(profile.get("memoryMiB"), f"{at}.memoryMiB"),
+        read_int(profile.get("credits"), f"{at}.credits"),
+    )
+
+
 def _v1_offers(status: Any) -> Offers:
     """Release 0.1.0 kept the Instance's figures in the people-facing detail."""
     detail = read_object(status.get("detail"), "status.detail")
@@ -256,18 +261,12 @@ def _v1_offers(status: Any) -> Offers:
     memory = detail.get("memory")
     card_mib = _quantity(memory, "status.detail.memory", "0") // MIB if memory else 0
     product = read_str(detail.get("product"), "status.detail.product")
+    at = "status.detail.slicedDetail.physical.profiles"
     profiles = tuple(
         (name, mib, mig.unpriced_units(product, name, mib, card_mib))
-        for name, mib in (
-            (
-                read_str(p.get("name"), "status.detail.slicedDetail.physical.profiles[].name"),
-                read_int(
-                    p.get("memoryMiB"), "status.detail.slicedDetail.physical.profiles[].memoryMiB"
-                ),
-            )
-            for p in read_list(
-                physical.get("profiles"), "status.detail.slicedDetail.physical.profiles"
-            )
+        for name, mib, _ in (
+            _profile(read_object(p, f"{at}[{i}]"), f"{at}[{i}]")
+            for i, p in enumerate(read_list(physical.get("profiles"), at))
         )
     )
     modes = [Mode.EXCLUSIVE, Mode.SHARED]
