@@ -31,7 +31,6 @@ from typing import Any, Literal
 
 from functions.core import mig, quantity, resources
 from functions.core.modes import PERCENT, SHARE, SHARES_PER_CARD, TAKEN, Claim, D, Mode
-from functions.core.quantity import QuantityError
 
 Name = Literal["gpustack", "nvidia", "hami"]
 DEFAULT: Name = "gpustack"
@@ -140,11 +139,11 @@ class Nvidia:
 
     def decode(self, keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
         for key, value in sorted(keys.items()):
-            if key.startswith(MIG_PREFIX) and _count(value):
+            if key.startswith(MIG_PREFIX) and quantity.count(value):
                 profile = key[len(MIG_PREFIX) :]
                 return NVIDIA, Claim(Mode.PARTITIONED, 1, profile=profile, units=price(profile))
-        if _count(keys.get(GPU_SHARED)):
-            return NVIDIA, Claim(Mode.SHARED, _count(keys[GPU_SHARED]))
+        if quantity.count(keys.get(GPU_SHARED)):
+            return NVIDIA, Claim(Mode.SHARED, quantity.count(keys[GPU_SHARED]))
         return _whole(keys)
 
     def charges(self, profile: str, credits: int) -> bool:
@@ -196,12 +195,12 @@ class Hami:
         return {}
 
     def decode(self, keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
-        cards = _count(keys.get(GPU))
+        cards = quantity.count(keys.get(GPU))
         if not cards:
             return _whole(keys)
         # HAMi's defaults: no memory asked is all of it, and then the cores default to 100.
-        memory = _count(keys.get(HAMI_MEMORY_PERCENTAGE, 100))
-        cores = _count(keys.get(HAMI_CORES, 100 if memory == 100 else 0))
+        memory = quantity.count(keys.get(HAMI_MEMORY_PERCENTAGE, 100))
+        cores = quantity.count(keys.get(HAMI_CORES, 100 if memory == 100 else 0))
         if memory == 100 and cores == 100:
             return NVIDIA, Claim(Mode.EXCLUSIVE, cards)
         sliced = Claim(Mode.SLICED, 1, memory_percentage=memory, cores_percentage=cores)
@@ -276,7 +275,7 @@ def hami_cards(annotation: str) -> list[list[tuple[str, int, int]]]:
         for device in filter(None, listed.split(":")):
             fields = device.split(",")
             if len(fields) >= 4:
-                devices.append((fields[0], _count(fields[2]), _count(fields[3])))
+                devices.append((fields[0], quantity.count(fields[2]), quantity.count(fields[3])))
         containers.append(devices)
     return containers
 
@@ -324,14 +323,7 @@ def _other_whole_cards() -> list[dict[str, Any]]:
 
 def _whole(keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
     for manufacturer in sorted(resources.BASES):
-        cards = _count(keys.get(resources.base_of(manufacturer)))
+        cards = quantity.count(keys.get(resources.base_of(manufacturer)))
         if cards:
             return manufacturer, Claim(Mode.EXCLUSIVE, cards)
     return None
-
-
-def _count(value: Any) -> int:
-    try:
-        return quantity.floor(quantity.parse(value))
-    except (QuantityError, TypeError):
-        return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from typing import Any
 
 BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 DECIMAL_SUFFIXES = {
@@ -103,3 +104,12 @@ def ceil(value: Fraction) -> int:
 
 def floor(value: Fraction) -> int:
     return value.numerator // value.denominator
+
+
+def count(value: Any) -> int:
+    """A resource key's value as a whole count (`320k` → 320000); 0 when it is not a quantity:
+    a key no one can read asks for nothing."""
+    try:
+        return floor(parse(value))
+    except (QuantityError, TypeError):
+        return 0

@@ -20,7 +20,6 @@ from typing import Any
 
 from functions.core import quantity
 from functions.core.modes import Claim, Mode
-from functions.core.quantity import QuantityError
 
 # The device-plugin resource base of each manufacturer (reference §5.3); others: `<m>.com/gpu`.
 BASES = {
@@ -131,7 +130,7 @@ def decode(keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
         if parts is None:
             continue
         manufacturer, suffix = parts
-        found.setdefault(manufacturer, {})[suffix] = _count(value)
+        found.setdefault(manufacturer, {})[suffix] = quantity.count(value)
         prefix = f"{PARTITIONED}.{PARTITION_KINDS.get(manufacturer, 'mig')}-"
         if suffix.startswith(prefix) and suffix != PARTITIONED_UNITS:
             profiles[manufacturer] = suffix[len(prefix) :]
@@ -160,10 +159,3 @@ def _claim(suffixes: Mapping[str, int], profile: str) -> Claim | None:
     if suffixes.get(""):
         return Claim(Mode.EXCLUSIVE, suffixes[""])
     return None
-
-
-def _count(value: Any) -> int:
-    try:
-        return quantity.floor(quantity.parse(value))
-    except (QuantityError, TypeError):
-        return 0
