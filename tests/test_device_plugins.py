@@ -263,3 +263,29 @@ def test_the_agent_joins_the_gpu_operators_ids_through_the_kubelets_socket(tmp_p
         ("team/notebook", whole, "Shared", None),
         ("team/notebook", whole, "Shared", None),
     ]
+
+
+def test_a_key_the_gpu_operators_plugin_does_not_advertise_stays_pending():
+    world = cluster("nvidia")
+    sliced = {"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.units": "320k"}
+    world.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "gpustack-keys", "namespace": "default"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "ubuntu:24.04",
+                        "resources": {"requests": sliced, "limits": sliced},
+                    }
+                ]
+            },
+        }
+    )
+    world.reconcile()
+    status = world.get("Pod", "gpustack-keys", "default")["status"]
+    scheduled = next(c for c in status["conditions"] if c["type"] == "PodScheduled")
+    assert (status["phase"], scheduled["reason"]) == ("Pending", "Unschedulable")
+    assert "3 Insufficient nvidia.com/gpu.sliced" in scheduled["message"]
