@@ -147,3 +147,17 @@ def family_from_compute_capability(compute_capability: str) -> str:
     return {1: "Tesla", 2: "Fermi", 3: "Kepler", 5: "Maxwell", 6: "Pascal", 9: "Hopper"}.get(
         major, "Blackwell" if major in (10, 12) else ""
     )
+
+
+DNS_SUBDOMAIN_MAX = 253  # an object name (ConfigMap, NodeFeature): RFC 1123 subdomain
+
+
+def node_object_name(node: str, suffix: str) -> str:
+    """`<node>-<suffix>`, at most 253 characters: a node name too long for that is cut and
+    followed by its FNV-1a-64 hash, so two long node names never share an object."""
+    name = f"{node}-{suffix}"
+    if len(name) <= DNS_SUBDOMAIN_MAX:
+        return name
+    digest = f"{fnv1a64(node.encode()):016x}"
+    keep = DNS_SUBDOMAIN_MAX - len(suffix) - len(digest) - 2
+    return f"{node[:keep].rstrip('-.')}-{digest}-{suffix}"

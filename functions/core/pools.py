@@ -111,12 +111,13 @@ class NodeSummary:
     def cpu(self) -> Cpu:
         return self._details[1]
 
-    @property
+    # Cached: pools ask for these of every node, and a summary may serve many requests.
+    @functools.cached_property
     def group_cards(self) -> dict[str, int]:
         """Cards per accelerator key, MIG cards included."""
         return {key: group.total_cards for key, group in self.groups.items()}
 
-    @property
+    @functools.cached_property
     def accelerated(self) -> bool:
         return any(group.total_cards for group in self.groups.values())
 

@@ -1,20 +1,50 @@
-"""devices: a node's per-card ledger and summary, and the two NodeFeatures NFD turns into labels.
+"""devices: a node's per-card ledger and summaries, and the two NodeFeatures NFD turns into labels.
 
 `<node>-gpustack-worker` carries `gpustack.ai/managed` and the CPU keys; on accelerated nodes
 `<node>-gpustack-device-manager` carries the accelerator keys and, with `workloadFitAffinity`,
-the per-card fit labels. Both live in the Catalog's systemNamespace and target the node.
+the per-card fit labels. `<node>-gpustack-summary`, a ConfigMap, holds what pools read of this
+node (core/status/summary.py), labelled as pools select nodes. All three live in the Catalog's
+systemNamespace.
+
+A reconcile whose inputs — the node's name and spec, the Catalog settings read here, this
+release — hash to the digest the last status recorded (`status.inputs`) recomputes nothing: it
+returns the observed status and composed objects as they are. So does the first call of a
+reconcile, made before the Catalog is read: Crossplane calls again once it is. The agent writes the spec only
+when a reading changed, and Crossplane reconciles the Devices on each such write, so the TTL
+only bounds how late a Catalog setting change reaches the node (required resources are not
+watched on Crossplane v2.3).
 """
 
 from __future__ import annotations
 
-from functions.core import apis, labels, reasons
-from functions.core.devices import SpecError, parse_devices
+import datetime
+from importlib import metadata
+
+from functions import structs
+from functions.core import apis, labels, names, reasons
+from functions.core.devices import DevicesSpec, SpecError, parse_devices
 from functions.core.ledger import build_ledger
-from functions.core.pools import summarize_devices
+from functions.core.pools import NodeSummary, summarize_devices
+from functions.core.settings import Settings
 from functions.core.status import devices as devices_status
+from functions.core.status import summary as node_summary
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
-from functions.handlers.inputs import CATALOG, catalog_settings
+from functions.handlers.inputs import CATALOG, as_desired, catalog_settings, observed_status
+from functions.views import View
+
+TTL = datetime.timedelta(minutes=5)
+WORKER, DEVICE_MANAGER, SUMMARY = "worker", "device-manager", "summary"
+
+
+def _release() -> str:
+    try:
+        return metadata.version("function-gpustack")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "source"
+
+
+RELEASE = _release()  # in the digest: a new release recomputes every node once
 
 
 def node_feature(name: str, namespace: str, node: str, node_labels: dict[str, str]) -> dict:
@@ -30,13 +60,47 @@ def node_feature(name: str, namespace: str, node: str, node_labels: dict[str, st
     }
 
 
+def summary_config_map(namespace: str, spec: DevicesSpec, summary: NodeSummary) -> dict:
+    """The node's summary, labelled with the selectors pools use (labels.devices_labels)."""
+    found = labels.devices_labels(spec, summary.managed)
+    found[labels.RESOURCE_TYPE] = node_summary.RESOURCE_TYPE
+    return {
+        "apiVersion": apis.CORE,
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": names.node_object_name(spec.node, node_summary.NAME_SUFFIX),
+            "namespace": namespace,
+            "labels": dict(sorted(found.items())),
+        },
+        "data": node_summary.write(summary),
+    }
+
+
 def requirements(request: Request) -> dict[str, Requirement]:
     return {"catalog": CATALOG}
+
+
+def inputs_digest(request: Request, settings: Settings) -> str:
+    """What this handler's output depends on, hashed: the node, its spec, the settings read."""
+    return devices_status.inputs_digest(
+        request.xr.name,
+        structs.canonical(request.xr, "spec"),
+        {
+            "devicePlugin": settings.device_plugin,
+            "nodeManagementManual": settings.node_management_manual,
+            "systemNamespace": settings.system_namespace,
+            "workloadFitAffinity": settings.workload_fit_affinity,
+        },
+        RELEASE,
+    )
 
 
 def compose(request: Request) -> Desired:
     desired = Desired()
     settings = catalog_settings(request, desired)
+    if unchanged(request, settings):
+        return keep_observed(request, desired)
+    digest = inputs_digest(request, settings)
     try:
         spec = parse_devices(request.xr.to_dict())
     except SpecError as error:
@@ -45,29 +109,63 @@ def compose(request: Request) -> Desired:
         ) from error
     ledger = build_ledger(spec, settings.dialect.fixed_partitions)
     summary = summarize_devices(spec, settings.node_management_manual, ledger)
-    desired.status = devices_status.write(ledger, summary)
+    desired.status = devices_status.write(ledger, summary, digest)
     for conflict in ledger.conflicts:
-        desired.warning(
-            f"accelerator {conflict.device}: the allocation of pod {conflict.pod} does not fit "
-            f"the ledger ({conflict.reason}); it is reported in status.conflicts",
-            reasons.ALLOCATION_CONFLICT,
-        )
+        conflict_warning(desired, conflict.device, conflict.pod, conflict.reason)
     namespace, node = settings.system_namespace, spec.node
     worker = labels.worker_labels(spec, summary.managed)
     desired.compose(
-        "worker",
+        WORKER,
         node_feature(f"{node}-gpustack-worker", namespace, node, worker),
-        request.observed("worker"),
+        request.observed(WORKER),
     )
     if spec.groups:
         fit = summary.groups if settings.workload_fit_affinity else None
         device_labels = labels.device_manager_labels(spec, fit)
         desired.compose(
-            "device-manager",
+            DEVICE_MANAGER,
             node_feature(f"{node}-gpustack-device-manager", namespace, node, device_labels),
-            request.observed("device-manager"),
+            request.observed(DEVICE_MANAGER),
         )
+    config_map = summary_config_map(namespace, spec, summary)
+    desired.compose(SUMMARY, config_map, request.observed(SUMMARY))
     return desired
 
 
-HANDLER = Handler("devices", frozenset({"Devices"}), compose, requirements)
+def conflict_warning(desired: Desired, device: str, pod: str, reason: str) -> None:
+    desired.warning(
+        f"accelerator {device}: the allocation of pod {pod} does not fit the ledger "
+        f"({reason}); it is reported in status.conflicts",
+        reasons.ALLOCATION_CONFLICT,
+    )
+
+
+def unchanged(request: Request, settings: Settings) -> bool:
+    """Everything the last status composed is there, and it was computed from these inputs —
+    or the Catalog is not read yet: then this is the first call of a reconcile, which Crossplane
+    calls again with it, so nothing is worth computing now."""
+    status = request.xr.view("status")
+    digest = status.str("inputs")
+    expected = {WORKER, SUMMARY} | ({DEVICE_MANAGER} if len(status.list("groups")) else set())
+    if not digest or set(request.observed_names()) != expected:
+        return False
+    if request.required("catalog") is None:
+        return True
+    return digest == inputs_digest(request, settings)
+
+
+def keep_observed(request: Request, desired: Desired) -> Desired:
+    """The observed status and composed objects, as they are (nothing is recomputed)."""
+    desired.status = observed_status(request)
+    for conflict in request.xr.list("status", "conflicts").views():
+        conflict_warning(
+            desired, conflict.str("device"), conflict.str("pod"), conflict.str("reason")
+        )
+    for name in request.observed_names():
+        observed: View | None = request.observed(name)
+        if observed is not None:
+            desired.compose(name, as_desired(observed), observed)
+    return desired
+
+
+HANDLER = Handler("devices", frozenset({"Devices"}), compose, requirements, ttl=TTL)

@@ -14,6 +14,8 @@ misses as 0. Version 1 (release 0.1.0) wrote the same list without `countNames`,
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,14 +61,29 @@ _INT_FACTS = frozenset({"memory_mib", "cores", "slice_slots"})
 # --- writer -----------------------------------------------------------------------------------
 
 
-def write(ledger: NodeLedger, summary: NodeSummary) -> dict[str, Any]:
-    """The whole `Devices.status` the devices handler publishes."""
-    return {
+def write(ledger: NodeLedger, summary: NodeSummary, inputs: str = "") -> dict[str, Any]:
+    """The whole `Devices.status` the devices handler publishes; `inputs` is the digest of
+    what it was computed from (`inputs_digest`), so an unchanged node is not recomputed."""
+    status = {
         "version": VERSION,
         "groups": ledger_rows(ledger),
         "summary": summary_status(summary),
         "conflicts": [conflict_row(c) for c in ledger.conflicts],
     }
+    if inputs:
+        status["inputs"] = inputs
+    return status
+
+
+def inputs_digest(node: str, spec: bytes, settings: Mapping[str, Any], release: str) -> str:
+    """A digest of everything a Devices status is computed from: the node, its spec (as
+    canonical bytes), the settings read and the release, SHA-256.
+
+    The release is part of it, so an upgrade recomputes every node once: a fix in the ledger
+    reaches nodes whose spec never changes."""
+    document = {"node": node, "settings": dict(settings), "release": release}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode() + b"\0" + spec).hexdigest()[:32]
 
 
 def conflict_row(conflict: Conflict) -> dict[str, str]:

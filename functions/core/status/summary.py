@@ -1,0 +1,278 @@
+"""The node summary: what a pool needs from one node, published as one small object per node.
+
+Written by the devices handler, read by the pools (catalog, instancetype). A pool used to
+require every full Devices object of its nodes (spec, per-card ledger and summary: 5-6 KiB a
+node with 8 cards) to read a few dozen figures from each; now it requires one ConfigMap per
+node holding only those figures (docs/performance.md has the bytes before and after).
+
+The ConfigMap (`<node>-gpustack-summary` in the Catalog's systemNamespace) carries the labels
+pools select nodes by, and two keys, each one compact JSON string:
+
+- `summary`, read for every node of every pool reconcile: the node, os/arch, CPU key, managed,
+  cores, and per accelerator group its figures packed into one list (and, for a group with
+  partitions, the profile counts). One Struct value and one `json.loads` per node.
+- `facts`, parsed only for the few nodes whose hardware a pool's status or a flavor's notes
+  describe (the first node of a pool, of a flavor, of a catalog row): per group the product,
+  memory, cores, versions, slice slots and partition profiles with their credits; the CPU.
+
+Versioned: both hold `"v": 1`. A packed list does not repeat its figures' names (5,000 nodes
+would carry 0.9 MB of them per pool reconcile); `LAYOUTS` names them per version instead, and a
+version's layout is frozen: a later release only appends figures under a new version. So a
+newer release reads any older summary by that version's layout (a figure it lacks reads as 0),
+and an older release reads a newer one by the figures it knows, which keep their positions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from functions.core.devices import Cpu
+from functions.core.ledger import GroupSummary
+from functions.core.pools import GroupFacts, NodeSummary, ProfileFacts
+from functions.core.status import StatusError
+from functions.core.status.devices import COUNT_FIELDS, COUNT_NAMES
+
+VERSION = 1
+SUMMARY_KEY, FACTS_KEY = "summary", "facts"
+SUMMARY_AT, FACTS_AT = f"data.{SUMMARY_KEY}", f"data.{FACTS_KEY}"
+RESOURCE_TYPE = "node-summary"  # the value of labels.RESOURCE_TYPE on every summary
+NAME_SUFFIX = "gpustack-summary"
+
+# The figures each version packs, in order; frozen once released (see the module docstring).
+LAYOUTS: dict[int, tuple[str, ...]] = {1: COUNT_NAMES}
+_ATTRS = tuple(COUNT_FIELDS[name] for name in COUNT_NAMES)
+_FIELD_ORDER = tuple(GroupSummary.__dataclass_fields__)
+# This release's layout in GroupSummary's own field order: figures go in positionally.
+_POSITIONAL = _FIELD_ORDER[: len(_ATTRS)] == _ATTRS
+
+
+
+# --- writer -----------------------------------------------------------------------------------
+
+
+def write(summary: NodeSummary) -> dict[str, str]:
+    """The ConfigMap's `data`: the figures every pool reads, and the hardware facts."""
+    facts = encode_facts(summary)
+    return {SUMMARY_KEY: encode(summary, facts_digest(facts)), FACTS_KEY: facts}
+
+
+def facts_digest(facts: str) -> str:
+    """Names the facts a summary goes with: equal summaries go with equal facts, so a reader
+    may keep what it parsed of a summary text for as long as it sees that text again."""
+    return hashlib.sha256(facts.encode()).hexdigest()[:16]
+
+
+def _compact(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def encode(summary: NodeSummary, facts: str = "") -> str:
+    groups = sorted(summary.groups.items())
+    document: dict[str, Any] = {
+        "v": VERSION,
+        "facts": facts,
+        "node": summary.node,
+        "os": summary.os,
+        "arch": summary.arch,
+        "gKey": summary.g_key,
+        "managed": summary.managed,
+        "cores": summary.cpu_cores,
+        "groups": {key: [getattr(group, attr) for attr in _ATTRS] for key, group in groups},
+    }
+    partitions = {
+        key: {
+            "allocated": {n: c for n, c in sorted(group.allocated_profiles.items()) if c},
+            "remaining": dict(sorted(group.remaining_profiles.items())),
+        }
+        for key, group in groups
+        if group.partition_capacity
+    }
+    if partitions:
+        document["partitions"] = partitions
+    return _compact(document)
+
+
+def encode_facts(summary: NodeSummary) -> str:
+    cpu = summary.cpu
+    document = {
+        "v": VERSION,
+        "cpu": {
+            "vendor": cpu.vendor,
+            "modelName": cpu.model_name,
+            "family": cpu.family,
+            "model": cpu.model,
+        },
+        "groups": {key: _facts_row(facts) for key, facts in sorted(summary.facts.items())},
+    }
+    return _compact(document)
+
+
+def _facts_row(facts: GroupFacts) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "manufacturer": facts.manufacturer,
+        "product": facts.product,
+        "memoryMiB": facts.memory_mib,
+        "cores": facts.cores,
+        "computeCapability": facts.compute_capability,
+        "family": facts.family,
+        "driverVersion": facts.driver_version,
+        "runtimeVersion": facts.runtime_version,
+        "sliceSlots": facts.slice_slots,
+    }
+    if facts.profiles:  # [name, MiB, most per card, credits]: the list is the costly part
+        row["profiles"] = [[p.name, p.memory_mib, p.count, p.credits] for p in facts.profiles]
+    return row
+
+
+# --- reader -----------------------------------------------------------------------------------
+
+
+def read(text: Any, facts: Callable[[], Any] = lambda: None) -> NodeSummary:
+    """A node's summary from its `summary` string; `facts` gives the `facts` string when a
+    caller first asks for the hardware. Raises StatusError naming what cannot be read."""
+    document = _document(text, SUMMARY_AT)
+    layout = _layout(document.get("v"))
+    partitions = _object(document.get("partitions"), "partitions")
+    groups = {}
+    for key, packed in _object(document.get("groups"), "groups").items():
+        groups[key] = _group(key, packed, layout, partitions.get(key))
+    cores = _whole(document.get("cores"), "cores")
+    return NodeSummary(
+        node=_text(document.get("node"), "node", required=True),
+        os=_text(document.get("os"), "os"),
+        arch=_text(document.get("arch"), "arch"),
+        g_key=_text(document.get("gKey"), "gKey"),
+        managed=document.get("managed") is True,
+        cpu_cores=cores,
+        groups=groups,
+        load_details=lambda: read_facts(facts(), cores),
+    )
+
+
+def _document(text: Any, at: str) -> dict[str, Any]:
+    if not isinstance(text, str):
+        raise StatusError(at, "is missing" if text is None else "must be a string")
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise StatusError(at, f"is not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise StatusError(at, "must hold a JSON object")
+    return document
+
+
+def _layout(version: Any) -> tuple[str, ...]:
+    """The figure names of `version`; a newer one reads by the newest layout known here."""
+    if type(version) is not int or version < 1:
+        raise StatusError(SUMMARY_AT, f"v must be a version from 1 on, got {version!r}")
+    return LAYOUTS.get(version) or LAYOUTS[max(LAYOUTS)]
+
+
+def _group(key: str, packed: Any, layout: tuple[str, ...], partitions: Any) -> GroupSummary:
+    at = f"groups.{key}"
+    if type(packed) is not list or len(packed) < len(layout):
+        raise StatusError(SUMMARY_AT, f"{at} must list {len(layout)} figures, got {packed!r}")
+    for index, value in enumerate(packed[: len(layout)]):
+        if type(value) is not int:
+            raise StatusError(SUMMARY_AT, f"{at}[{index}] must be a whole number, got {value!r}")
+    if _POSITIONAL and layout == COUNT_NAMES and not partitions:
+        return GroupSummary(*packed[: len(layout)])
+    counts: dict[str, Any] = dict.fromkeys(_FIELD_ORDER, 0)
+    counts.update(
+        (COUNT_FIELDS[name], value)
+        for name, value in zip(layout, packed, strict=False)
+        if name in COUNT_FIELDS
+    )
+    if partitions:
+        where = _object(partitions, f"partitions.{key}")
+        counts["allocated_profiles"] = _profile_counts(where.get("allocated"), key, "allocated")
+        counts["remaining_profiles"] = _profile_counts(where.get("remaining"), key, "remaining")
+    return GroupSummary(**counts)
+
+
+def _profile_counts(value: Any, key: str, which: str) -> dict[str, int]:
+    at = f"partitions.{key}.{which}"
+    counts = _object(value, at)
+    for name, count in counts.items():
+        _whole(count, f"{at}.{name}")
+    return dict(counts)
+
+
+def _object(value: Any, at: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise StatusError(SUMMARY_AT, f"{at} must be an object, got {value!r}")
+    return value
+
+
+def _whole(value: Any, at: str) -> int:
+    if value is None:
+        return 0
+    if type(value) is not int:
+        raise StatusError(SUMMARY_AT, f"{at} must be a whole number, got {value!r}")
+    return value
+
+
+def _text(value: Any, at: str, required: bool = False) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value):
+        raise StatusError(SUMMARY_AT, f"{at} must be a non-empty string, got {value!r}")
+    return value
+
+
+def read_facts(text: Any, cores: int = 0) -> tuple[Mapping[str, GroupFacts], Cpu]:
+    """The hardware facts of each group and the CPU. Read leniently, after the figures were
+    accepted: a malformed descriptor reads as its default instead of failing a pool mid-way."""
+    try:
+        document = _document(text, FACTS_AT)
+    except StatusError:
+        return {}, Cpu(cores=cores)
+    cpu = _dict(document.get("cpu"))
+    groups = _dict(document.get("groups"))
+    return (
+        {key: _group_facts(_dict(row)) for key, row in sorted(groups.items())},
+        Cpu(
+            vendor=_str(cpu.get("vendor")),
+            model_name=_str(cpu.get("modelName")),
+            family=_str(cpu.get("family")),
+            model=_str(cpu.get("model")),
+            cores=cores,
+        ),
+    )
+
+
+def _group_facts(row: dict[str, Any]) -> GroupFacts:
+    profiles = tuple(
+        ProfileFacts(_str(p[0]), _int(p[1]), _int(p[2]), _int(p[3]))
+        for p in row.get("profiles") or ()
+        if isinstance(p, list) and len(p) >= 4
+    )
+    return GroupFacts(
+        manufacturer=_str(row.get("manufacturer")),
+        product=_str(row.get("product")),
+        memory_mib=_int(row.get("memoryMiB")),
+        cores=_int(row.get("cores")),
+        compute_capability=_str(row.get("computeCapability")),
+        family=_str(row.get("family")),
+        driver_version=_str(row.get("driverVersion")),
+        runtime_version=_str(row.get("runtimeVersion")),
+        slice_slots=_int(row.get("sliceSlots")),
+        profiles=profiles,
+    )
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if type(value) is int else 0
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
