@@ -70,6 +70,22 @@ GAPS = [
         "get",
     ),
     Gap(
+        "a node's Devices composes its summary ConfigMap",
+        "",
+        "configmaps",
+        (),
+        ("Devices", "", "node-a10g"),
+        "get",
+    ),
+    Gap(
+        "the Catalog reads the node summaries",
+        "",
+        "configmaps",
+        (),
+        ("Catalog", "", "default"),
+        "list",
+    ),
+    Gap(
         "a pool composes its LocalQueues",
         "kueue.x-k8s.io",
         "localqueues",

@@ -25,7 +25,7 @@ def test_render_the_catalog_against_the_walkthrough_nodes():
         PIPELINES / "catalog.yaml",
         WALKTHROUGH / "functions.yaml",
         "-e",
-        WALKTHROUGH / "devices.yaml",
+        WALKTHROUGH / "summaries.yaml",
     )
     assert result.exit_code == 0, result.output
     composite, composed = stream[0], stream[1:]
@@ -102,7 +102,7 @@ def test_observed_resources_feed_the_status(tmp_path):
     )
     (tmp_path / "required.yaml").write_text(
         yaml.safe_dump_all(
-            [*world.list("Devices"), *world.list("Namespace"), world.get("Catalog", "default")]
+            [*world.list("ConfigMap"), *world.list("Namespace"), world.get("Catalog", "default")]
         )
     )
     result, stream = render(

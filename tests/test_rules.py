@@ -410,14 +410,20 @@ def test_settings_keep_their_defaults_and_refuse_a_wrong_type_by_field():
     assert error.value.field == "spec.systemNamespace"
 
 
-# --- one unreadable Devices status never stops a pool -----------------------------------------------
+# --- one unreadable node summary never stops a pool ---------------------------------------------
 
 
-def test_an_unreadable_devices_status_is_skipped_and_named_while_the_pool_composes():
-    good = yaml.safe_load((FIXTURES / "devices-node-a10g-0.1.0.yaml").read_text())
+def test_an_unreadable_node_summary_is_skipped_and_named_while_the_pool_composes():
+    from tests.test_scale import summary_of
+
+    good = summary_of(yaml.safe_load((FIXTURES / "devices-node-a10g-0.1.0.yaml").read_text()))
     broken = copy.deepcopy(good)
-    broken["metadata"]["name"] = "node-a10g-2"
-    broken["status"]["summary"]["groups"][0]["counts"] = [1, 1, "many"]
+    broken["metadata"]["name"] = "node-a10g-2-gpustack-summary"
+    broken["data"]["summary"] = (
+        good["data"]["summary"]
+        .replace('"node":"node-a10g"', '"node":"node-a10g-2"')
+        .replace("[1,1,0", '[1,1,"many"')
+    )
     pool = {
         "apiVersion": "worker.gpustack.ai/v1alpha1",
         "kind": "InstanceType",
@@ -431,21 +437,23 @@ def test_an_unreadable_devices_status_is_skipped_and_named_while_the_pool_compos
         },
     }
     request = Request.of(
-        pool, required={"catalog": [], "devices": [good, broken], "namespaces": []}
+        pool, required={"catalog": [], "summaries": [good, broken], "namespaces": []}
     )
     desired = instancetype.compose(request)
     assert [(r.severity.value, r.reason, r.message) for r in desired.results] == [
         (
             "Warning",
             "UnreadableObject",
-            "Devices node-a10g-2: status.summary.groups[0].counts[2]: must be a whole number, "
-            "got 'many'; it is left out until it is fixed",
+            "ConfigMap gpustack-system/node-a10g-2-gpustack-summary: data.summary: "
+            "groups.nvidia-a10g[2] must be a whole number, got 'many'; it is left out until it "
+            "is fixed",
         )
     ]
     readable = next(c for c in desired.conditions if c.type == "InputsReadable")
     assert (readable.status, readable.message) == (
         False,
-        "left out unreadable Devices: node-a10g-2 (see the Warning events)",
+        "left out unreadable node summaries: gpustack-system/node-a10g-2-gpustack-summary "
+        "(see the Warning events)",
     )
     # The pool composes from the node it can read: node-a10g's 20 % slice.
     assert "clusterqueue" in desired.resources

@@ -23,7 +23,7 @@ from tests.support import load
 from tests.support.grpc_server import wait_ready
 
 CALLS = 50
-NODES = 400  # about 1.8 MiB a request: long enough that most wait behind the one worker
+NODES = 400  # about 0.4 MiB of node summaries a request: long enough that most wait behind the one worker
 
 
 def outcome(future: grpc.Future) -> str:

@@ -59,6 +59,7 @@ STOPPED = "Stopped"
 # --- results ----------------------------------------------------------------------------------
 ALLOCATION_CONFLICT = "AllocationConflict"  # Devices: an observed allocation the ledger refused
 UNREADABLE_OBJECT = "UnreadableObject"  # a required object skipped: its kind, name and field
+NODE_SUMMARIES_MISSING = "NodeSummariesMissing"  # a pool kept what it composed: no summary yet
 INVALID_GPU_CLASS = "InvalidGPUClass"  # GPUClass: a field the XRD refuses (Fatal, offline too)
 
 # --- GPUClass condition reasons -----------------------------------------------------------------

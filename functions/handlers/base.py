@@ -107,6 +107,14 @@ class Request:
             items = [item for item in items if item.namespace == requirement.namespace]
         return sorted(items, key=lambda view: (view.namespace, view.name))
 
+    def required_objects(self, name: str) -> Sequence[Any] | None:
+        """The required objects as given (Structs or dicts): unwrapped, unsorted, and not kept
+        to the requirement's namespace — for a hot path that reads one value from thousands of
+        objects and orders and filters what it computes itself (functions/structs.py)."""
+        if name not in self._required or self._required[name] is None:
+            return None
+        return self._required[name] or ()
+
     def required_one(self, name: str) -> View | None:
         items = self.required(name)
         return items[0] if items else None

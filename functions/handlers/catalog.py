@@ -30,7 +30,13 @@ from functions.core.pools import NodeSummary, PoolKey
 from functions.core.settings import Settings, SettingsError
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
-from functions.handlers.inputs import node_summaries
+from functions.handlers.inputs import (
+    SUMMARIES,
+    keep_observed,
+    node_summaries,
+    summaries_missing,
+    summaries_requirement,
+)
 from functions.views import View
 
 TYPE_PREFIX = "instancetype-"
@@ -50,7 +56,11 @@ OWNED_SPEC = (
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
-    return {"devices": Requirement(apis.WORKER, "Devices")}
+    try:
+        settings = Settings.from_spec(request.xr.view("spec").to_dict())
+    except SettingsError:
+        settings = Settings()  # compose refuses it, naming the field
+    return {SUMMARIES: summaries_requirement(settings)}
 
 
 def compose(request: Request) -> Desired:
@@ -65,7 +75,9 @@ def compose(request: Request) -> Desired:
     except SettingsError as error:
         raise InputError(error.field, error.message) from error
     desired = Desired()
-    nodes = node_summaries(request, settings, desired)
+    if summaries_missing(request, request.observed_names()):
+        return keep_observed(request, desired, "every flavor, InstanceType and catalog row")
+    nodes = node_summaries(request, desired)
     flavors = derive_flavors(nodes, settings.mixed_on_node)
     for flavor in flavors:
         key = FLAVOR_PREFIX + flavor.name
@@ -201,5 +213,5 @@ HANDLER = Handler(
     frozenset({"Catalog"}),
     compose,
     requirements,
-    ttl=datetime.timedelta(seconds=30),  # Devices are required resources, not watched on v2.3
+    ttl=datetime.timedelta(seconds=30),  # summaries are required resources, not watched on v2.3
 )

@@ -1,23 +1,34 @@
 """What several handlers read: the Catalog's settings and the nodes' published summaries.
 
 A required object a handler cannot read is skipped and named — kind, name and field — in a
-Warning result and the `InputsReadable` condition; the rest composes. One bad Devices object
-never stops a pool.
+Warning result and the `InputsReadable` condition; the rest composes. One bad summary never
+stops a pool.
+
+Pools require each node's summary ConfigMap (core/status/summary.py), never the Devices object:
+one string per node is read from it, and the hardware facts only for the nodes that a status or
+a flavor describes. A pool that finds no summary at all while it still has what it composed
+keeps that as observed (`keep_observed`): right after an upgrade, before every devices handler
+has published its node's summary, a pool must not drop or drain its queues.
 """
 
 from __future__ import annotations
 
-from functions.core import apis, names, reasons
-from functions.core.devices import SpecError, parse_devices
-from functions.core.pools import NodeSummary, summarize_devices
+from collections.abc import Iterable
+from typing import Any
+
+from functions import structs
+from functions.core import apis, labels, names, reasons
+from functions.core.pools import NodeSummary
 from functions.core.settings import Settings, SettingsError
 from functions.core.status import StatusError
-from functions.core.status.devices import read_summary
+from functions.core.status import summary as node_summary
 from functions.handlers.base import Request, Requirement
 from functions.handlers.desired import Desired
 from functions.views import View
 
 CATALOG = Requirement(apis.WORKER, "Catalog", match_name=names.CATALOG)
+SUMMARIES = "summaries"  # the requirement every pool reads its nodes' summaries through
+CROSSPLANE_KEYS = "crossplane.io/"  # labels and annotations Crossplane stamps on what it composes
 
 
 def catalog_settings(request: Request, desired: Desired, requirement: str = "catalog") -> Settings:
@@ -33,32 +44,135 @@ def catalog_settings(request: Request, desired: Desired, requirement: str = "cat
         return Settings()
 
 
-def node_summaries(request: Request, settings: Settings, desired: Desired) -> list[NodeSummary]:
-    """Every required Devices object's summary; unreadable ones are skipped and named."""
-    summaries, skipped = [], []
-    for devices in request.required("devices") or []:
+def summaries_requirement(
+    settings: Settings, selector: dict[str, str] | None = None
+) -> Requirement:
+    """The summary ConfigMaps of the nodes `selector` picks (every node: None), in the
+    Catalog's systemNamespace — where only the devices handler writes them."""
+    match = {labels.RESOURCE_TYPE: node_summary.RESOURCE_TYPE, **(selector or {})}
+    return Requirement(
+        apis.CORE, "ConfigMap", match_labels=match, namespace=settings.system_namespace
+    )
+
+
+def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
+    """Every required node summary, one per node, by node name; unreadable ones are skipped
+    and named. One string is read from each ConfigMap (its facts only where asked for)."""
+    found: dict[str, tuple[NodeSummary, Any]] = {}
+    problems: list[tuple[str, str, str]] = []
+    namespace = _namespace(request)
+    objects = request.required_objects(SUMMARIES) or ()
+    for obj in objects:
+        if namespace and structs.namespace_of(obj) != namespace:
+            continue  # a caller that ignores a selector's namespace (Crossplane 1.x)
         try:
-            summaries.append(node_summary(devices, settings))
-        except (StatusError, SpecError) as error:
-            where = error.field if isinstance(error, StatusError) else error.path
-            unreadable(desired, "Devices", devices.name, where, error.problem)
-            skipped.append(devices.name)
-    inputs_readable(desired, "Devices", skipped)
-    return summaries
+            summary = MEMO.read(obj)
+        except StatusError as error:
+            problems.append((_where(obj), error.field, error.problem))
+            continue
+        kept = found.setdefault(summary.node, (summary, obj))
+        if kept[1] is not obj:  # only a hand-made ConfigMap repeats a node: the first by name
+            first, second = sorted((kept[1], obj), key=_where)
+            found[summary.node] = (summary if first is obj else kept[0], first)
+            problems.append((_where(second), "data.summary", f"repeats node {summary.node}"))
+    MEMO.trim(len(objects))
+    for where, field, problem in sorted(problems):
+        unreadable(desired, "ConfigMap", where, field, problem)
+    inputs_readable(desired, "node summaries", sorted({p[0] for p in problems}))
+    return [found[node][0] for node in sorted(found)]
 
 
-def node_summary(devices: View, settings: Settings) -> NodeSummary:
-    """A node's summary as its devices handler published it.
+def _namespace(request: Request) -> str:
+    wanted = request.requirements.get(SUMMARIES)
+    return wanted.namespace or "" if wanted is not None else ""
 
-    Only the small `status.summary` subtree is read. A Devices object the devices handler has
-    not reconciled yet is summarised from its spec (the same core code the handler runs).
-    """
-    summary = read_summary(devices.name, devices.get("status"))
-    if summary is not None:
+
+def _where(obj: Any) -> str:
+    return f"{structs.namespace_of(obj)}/{structs.name_of(obj)}"
+
+
+class SummaryMemo:
+    """Summaries parsed before, by their text: pure, input-keyed memoization in each worker.
+
+    A pool is reconciled every 30 s and most of its nodes' summaries have not changed since;
+    a summary's text names its facts (by digest), so the same text always reads the same. The
+    memo is emptied once it holds more than `LIMIT` texts (or three times the largest request),
+    so a worker's memory stays bounded while texts go stale."""
+
+    LIMIT = 60_000
+
+    def __init__(self) -> None:
+        self.parsed: dict[str, NodeSummary] = {}
+        self.facts: dict[str, str] = {}  # one copy of each facts text, shared by its nodes
+
+    def read(self, obj: Any) -> NodeSummary:
+        text = structs.string_at(obj, "data", node_summary.SUMMARY_KEY)
+        found = self.parsed.get(text) if text is not None else None
+        if found is not None:
+            return found
+        if text is None:  # not a string: the general reader names what it is
+            text = structs.view(obj).get("data", node_summary.SUMMARY_KEY)
+        facts = structs.string_at(obj, "data", node_summary.FACTS_KEY)
+        facts = self.facts.setdefault(facts, facts) if facts is not None else None
+        summary = node_summary.read(text, lambda: facts)
+        self.parsed[text] = summary
         return summary
-    spec = parse_devices(devices.to_dict())
-    fixed = settings.dialect.fixed_partitions
-    return summarize_devices(spec, settings.node_management_manual, fixed_partitions=fixed)
+
+    def trim(self, largest: int) -> None:
+        if len(self.parsed) > max(self.LIMIT, 3 * largest):
+            self.parsed.clear()
+            self.facts.clear()
+
+
+MEMO = SummaryMemo()
+
+
+def summaries_missing(request: Request, composed: Iterable[str]) -> bool:
+    """No summary read (not resolved yet, or none published) while something was composed."""
+    return not request.required_objects(SUMMARIES) and any(
+        request.observed(name) is not None for name in composed
+    )
+
+
+def keep_observed(request: Request, desired: Desired, what: str) -> Desired:
+    """Every composed object and the status as observed, and a Warning saying why."""
+    namespace = request.requirements[SUMMARIES].namespace
+    desired.warning(
+        f"no node summaries found (ConfigMaps labelled {labels.RESOURCE_TYPE}="
+        f"{node_summary.RESOURCE_TYPE} in namespace {namespace}): {what} kept as observed "
+        "until the devices handler has published them — after an upgrade, once each Devices "
+        "is reconciled",
+        reasons.NODE_SUMMARIES_MISSING,
+    )
+    desired.status = observed_status(request)
+    for name in request.observed_names():
+        observed = request.observed(name)
+        if observed is not None:
+            desired.compose(name, as_desired(observed), observed)
+    return desired
+
+
+def observed_status(request: Request) -> dict[str, Any]:
+    """The composite's status as observed, as plain data; Crossplane owns the conditions."""
+    status = request.xr.view("status").to_dict()
+    status.pop("conditions", None)
+    return status
+
+
+def as_desired(observed: View) -> dict[str, Any]:
+    """An observed composed object as it was desired, as plain data: what the API server and
+    Crossplane add (identity, ownership, status, Crossplane's own labels) left out."""
+    found = observed.to_dict()
+    found.pop("status", None)
+    metadata = found.get("metadata") if isinstance(found.get("metadata"), dict) else {}
+    kept = {key: metadata[key] for key in ("name", "namespace") if metadata.get(key)}
+    for field in ("labels", "annotations"):
+        values = metadata.get(field) if isinstance(metadata.get(field), dict) else {}
+        values = {k: v for k, v in values.items() if not k.startswith(CROSSPLANE_KEYS)}
+        if values:
+            kept[field] = values
+    found["metadata"] = kept
+    return found
 
 
 def unreadable(desired: Desired, kind: str, name: str, field: str, problem: str) -> None:

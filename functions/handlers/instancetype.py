@@ -1,7 +1,7 @@
 """instancetype: a pool's ClusterQueue, its LocalQueue entrance in every namespace, and status.
 
-The status shows the four accelerator views and the CPU view summed from the pool's Devices
-summaries, the detail of the hardware behind it, what it offers an Instance, and the strings
+The status shows the four accelerator views and the CPU view summed from the pool's node
+summaries (one ConfigMap per node, which the devices handler publishes), the detail of the hardware behind it, what it offers an Instance, and the strings
 `kubectl get instancetypes` prints. A custom InstanceType with the same identity as a derived
 one reads the same nodes.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import replace
+from fractions import Fraction
 
 from functions.core import apis, labels, names, quantity, reasons
 from functions.core.catalog import unit_display
@@ -19,7 +20,15 @@ from functions.core.settings import Settings
 from functions.core.status import instancetype as type_status
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
-from functions.handlers.inputs import CATALOG, catalog_settings, node_summaries
+from functions.handlers.inputs import (
+    CATALOG,
+    SUMMARIES,
+    catalog_settings,
+    keep_observed,
+    node_summaries,
+    summaries_missing,
+    summaries_requirement,
+)
 from functions.handlers.readiness import condition
 from functions.views import BOOLEAN, OBJECT, QUANTITY, STRING, View, check_shape
 
@@ -55,7 +64,8 @@ def pool_of(request: Request) -> PoolKey:
 
 
 def devices_selector(pool: PoolKey) -> dict[str, str]:
-    """The labels the agent stamps on Devices that pick out this pool's candidate nodes."""
+    """The labels that pick out this pool's candidate nodes: on a node's summary, as the
+    agent stamps them on its Devices."""
     selector = {labels.OS: pool.os, labels.ARCH: pool.arch}
     if pool.a_key:
         selector[labels.accelerator_key_label(pool.a_key)] = labels.TRUE
@@ -65,11 +75,12 @@ def devices_selector(pool: PoolKey) -> dict[str, str]:
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
+    # The summaries' namespace is the Catalog's systemNamespace: once the Catalog is read,
+    # this selector stays the same on every later call.
+    settings = catalog_settings(request, Desired())
     return {
         "catalog": CATALOG,
-        "devices": Requirement(
-            apis.WORKER, "Devices", match_labels=devices_selector(pool_of(request))
-        ),
+        SUMMARIES: summaries_requirement(settings, devices_selector(pool_of(request))),
         "namespaces": Requirement(apis.CORE, "Namespace"),
     }
 
@@ -78,12 +89,15 @@ def compose(request: Request) -> Desired:
     desired = Desired()
     pool = pool_of(request)
     settings = catalog_settings(request, desired)
-    nodes = node_summaries(request, settings, desired)
+    if summaries_missing(request, ["clusterqueue"]):
+        return keep_observed(request, desired, "the ClusterQueue, its LocalQueues and the status")
+    nodes = node_summaries(request, desired)
     observed_queue = request.observed("clusterqueue")
     flavors = queue_flavors(pool, derive_flavors(nodes, settings.mixed_on_node))
     stop_policy = desired_stop_policy(request, bool(flavors), observed_queue, settings)
     draining = HOLD_AND_DRAIN in (stop_policy, queue_stop_policy(observed_queue))
-    views = pool_views(pool, nodes, settings.mixed_on_node, reserved_cpu(observed_queue), draining)
+    reserved = reserved_cpu(observed_queue, desired)
+    views = pool_views(pool, nodes, settings.mixed_on_node, reserved, draining)
     offers = type_status.offers(pool, nodes, views, settings.dialect)
     if pool.acceleratable:
         views = replace(views, accelerators=views.accelerators.offering(offers.modes))
@@ -199,19 +213,42 @@ def queue_phase(queue: View | None) -> tuple[str, str]:
     return reasons.ACTIVATING, "waiting for Kueue to activate the ClusterQueue"
 
 
-def reserved_cpu(queue: View | None) -> int:
-    """Cores Kueue has reserved in the queue (whole cores, rounded up)."""
+def reserved_cpu(queue: View | None, desired: Desired) -> int:
+    """Cores Kueue has reserved in the queue (whole cores, rounded up). A reservation that
+    cannot be read counts nothing and is named in a Warning: the CPU view then shows more
+    remaining than Kueue holds."""
     if queue is None:
         return 0
     total = quantity.parse(0)
-    for flavor in queue.list("status", "flavorsReservation").views():
-        for resource in flavor.list("resources").views():
-            if resource.str("name") == "cpu":
-                try:
-                    total += quantity.parse(resource.get("total") or 0)
-                except quantity.QuantityError:
-                    continue  # Kueue writes canonical quantities; anything else counts nothing
+    for index, flavor in enumerate(queue.list("status", "flavorsReservation")):
+        at = f"status.flavorsReservation[{index}]"
+        if not isinstance(flavor, View):
+            unread_reservation(desired, queue.name, at, "must be an object")
+            continue
+        for position, resource in enumerate(flavor.list("resources")):
+            total += reserved_cores(desired, queue.name, f"{at}.resources[{position}]", resource)
     return quantity.ceil(total) if total else 0
+
+
+def reserved_cores(desired: Desired, queue: str, at: str, resource: object) -> Fraction:
+    if not isinstance(resource, View):
+        unread_reservation(desired, queue, at, "must be an object")
+        return Fraction(0)
+    if resource.str("name") != "cpu":
+        return Fraction(0)
+    try:
+        return quantity.parse(resource.get("total") or 0)
+    except quantity.QuantityError as error:
+        unread_reservation(desired, queue, f"{at}.total", str(error))
+        return Fraction(0)
+
+
+def unread_reservation(desired: Desired, queue: str, at: str, problem: str) -> None:
+    desired.warning(
+        f"ClusterQueue {queue}: {at}: {problem}; this reservation is not counted, so the CPU "
+        "view may show more cores remaining than Kueue holds",
+        reasons.UNREADABLE_OBJECT,
+    )
 
 
 def queue_namespaces(request: Request, settings: Settings) -> list[str]:
@@ -237,6 +274,6 @@ HANDLER = Handler(
     frozenset({"InstanceType"}),
     compose,
     requirements,
-    # Devices and Namespaces are required resources, which Crossplane v2.3 does not watch.
+    # Summaries and Namespaces are required resources, which Crossplane v2.3 does not watch.
     ttl=datetime.timedelta(seconds=30),
 )

@@ -1,8 +1,8 @@
 """Requests of a chosen size for the server's load, latency and shutdown tests.
 
 `pool_request(nodes)` is an InstanceType's request over a pool of `nodes` nodes with 8 H100s
-each, every Devices object carrying the status the devices handler publishes for it (computed
-by the handler itself, once, and copied): about 4.7 KiB a node, so 40 MiB is some 8,900 nodes.
+each, every node's summary ConfigMap as the devices handler composes it (computed by the
+handler itself, once, and copied).
 `small_request()` is an InstanceTypeFlavor's request: a few hundred bytes, answered at once.
 """
 
@@ -63,7 +63,7 @@ def devices(name: str = "node-00000", cards: int = 8) -> dict[str, Any]:
         },
     }
     desired = HANDLERS["devices"].compose(Request.of(obj, required={"catalog": []}))
-    return {**obj, "status": desired.status}
+    return {**obj, "status": desired.status, "summary": desired.resources["summary"]}
 
 
 def card(node: str, index: int) -> dict[str, Any]:
@@ -83,7 +83,7 @@ def card(node: str, index: int) -> dict[str, Any]:
 
 
 def pool_request(nodes: int, tag: str = "pool") -> fnv1.RunFunctionRequest:
-    """The pool's InstanceType request with `nodes` Devices objects, as Crossplane sends it."""
+    """The pool's InstanceType request with `nodes` node summaries, as Crossplane sends it."""
     req = fnv1.RunFunctionRequest()
     req.meta.tag = tag
     req.meta.capabilities.extend([fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_REQUIRED_RESOURCES])
@@ -104,13 +104,16 @@ def pool_request(nodes: int, tag: str = "pool") -> fnv1.RunFunctionRequest:
             },
         }
     )
+    summary = devices()["summary"]
     template = fnv1.Resource()
-    template.resource.update(devices())
-    items = req.required_resources["devices"].items
+    template.resource.update(summary)
+    items = req.required_resources["summaries"].items
     for index in range(nodes):
         item = items.add()
         item.CopyFrom(template)
-        item.resource["metadata"]["name"] = f"node-{index:05d}"
+        item.resource["metadata"]["name"] = f"node-{index:05d}-gpustack-summary"
+        text = summary["data"]["summary"].replace("node-00000", f"node-{index:05d}")
+        item.resource["data"]["summary"] = text
     namespaces = req.required_resources["namespaces"].items
     for name in ("default", "team-a", "team-b"):
         namespaces.add().resource.update(
