@@ -133,7 +133,8 @@ allow_deep_messages()
 
 def request_of(req: fnv1.RunFunctionRequest) -> Request:
     observed = {name: r.resource for name, r in req.observed.resources.items()}
-    return Request(req.observed.composite.resource, observed, _Required(req), step_input=req.input)
+    kept = Protocol.of(req).filters_namespaces
+    return Request(req.observed.composite.resource, observed, _Required(req), None, req.input, kept)
 
 
 def run(handler: Handler, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:

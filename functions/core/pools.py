@@ -9,6 +9,7 @@ summaries; pools never walk cards.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -177,6 +178,23 @@ class PoolKey:
             return node.group_cards.get(self.a_key, 0) > 0
         return node.cpu_cores > 0 and (mixed_on_node or not node.accelerated)
 
+    def covered(
+        self, nodes: Iterable[NodeSummary], mixed_on_node: bool = True
+    ) -> list[NodeSummary]:
+        """The nodes this pool takes capacity from: `covers`, for thousands of nodes at once."""
+        if self.a_key is None:
+            return [n for n in nodes if self.covers(n, mixed_on_node)]
+        os, arch, a_key, g_key = self.os, self.arch, self.a_key, self.g_key
+        return [
+            n
+            for n in nodes
+            if n.managed
+            and n.os == os
+            and n.arch == arch
+            and (g_key is None or n.g_key == g_key)
+            and n.group_cards.get(a_key, 0) > 0
+        ]
+
 
 def pools_of(node: NodeSummary, aware: bool, mixed_on_node: bool = True) -> list[PoolKey]:
     """The derived pools a managed node gives rise to under the awareness setting."""
@@ -254,6 +272,20 @@ class AcceleratorViews:
         return " ".join(view.display for view in views)
 
 
+# The figures the views sum or take the largest of, read from a node's group in one C call.
+_FIGURES = operator.attrgetter(
+    "cards",
+    "free_cards",
+    "free_shares",
+    "cards_with_free_share",
+    "logical_cards",
+    "free_slice_percent",
+    "max_card_slice_percent",
+    "partition_capacity",
+    "partition_remaining",
+)
+
+
 def accelerator_views(
     summaries: Iterable[GroupSummary], draining: bool = False
 ) -> AcceleratorViews:
@@ -261,36 +293,29 @@ def accelerator_views(
 
     SH uses the card-count reading: its once-max is the most cards on one node that still have
     a free share (one free A10G reads `1/10`, not `10/10`). PT's once-max is 1 while any
-    partitioned card can host an instance.
+    partitioned card can host an instance. Columns are summed whole (a pool reads thousands).
     """
-    if draining:
+    summaries = list(summaries)
+    if draining or not summaries:
         return AcceleratorViews()
-    cards = free = shares = once_shared = once_exclusive = 0
-    logical = sliced = once_sliced = 0
-    pt_capacity = pt_remaining = 0
+    columns = list(zip(*map(_FIGURES, summaries), strict=True))
+    cards, free, shares, with_share, logical, sliced, once_sliced, pt_cap, pt_rem = columns
     allocated: dict[str, int] = {}
     remaining: dict[str, int] = {}
     for node in summaries:
-        cards += node.cards
-        free += node.free_cards
-        once_exclusive = max(once_exclusive, node.free_cards)
-        shares += node.free_shares
-        once_shared = max(once_shared, node.cards_with_free_share)
-        logical += node.logical_cards
-        sliced += node.free_slice_percent
-        once_sliced = max(once_sliced, node.max_card_slice_percent)
-        pt_capacity += node.partition_capacity
-        pt_remaining += node.partition_remaining
+        if not (node.allocated_profiles or node.remaining_profiles):
+            continue
         for name, count in node.allocated_profiles.items():
             allocated[name] = allocated.get(name, 0) + count
         for name, count in node.remaining_profiles.items():
             remaining[name] = remaining.get(name, 0) + count
+    pt_remaining = sum(pt_rem)
     return AcceleratorViews(
-        exclusive=View(cards, once_exclusive, free),
-        shared=View(cards * SHARES_PER_CARD, once_shared, shares),
-        sliced=View(logical * 100, once_sliced, sliced),
+        exclusive=View(sum(cards), max(free), sum(free)),
+        shared=View(sum(cards) * SHARES_PER_CARD, max(with_share), sum(shares)),
+        sliced=View(sum(logical) * 100, max(once_sliced), sum(sliced)),
         partitioned=PartitionView(
-            pt_capacity, int(pt_remaining > 0), pt_remaining, allocated, remaining
+            sum(pt_cap), int(pt_remaining > 0), pt_remaining, allocated, remaining
         ),
     )
 
@@ -320,13 +345,14 @@ def pool_views(
     draining: bool = False,
 ) -> PoolViews:
     """Everything the InstanceType status shows for `pool`, from its nodes' summaries."""
-    covered = sorted((n for n in nodes if pool.covers(n, mixed_on_node)), key=lambda n: n.node)
+    covered = sorted(pool.covered(nodes, mixed_on_node), key=operator.attrgetter("node"))
     node_names = tuple(n.node for n in covered)
     if pool.a_key is not None:  # pool.acceleratable, spelled so the type checker narrows a_key
-        summaries = [n.groups[pool.a_key] for n in covered if pool.a_key in n.groups]
+        a_key = pool.a_key
+        summaries = [n.groups[a_key] for n in covered]  # `covered` has cards of a_key
         # A MIG-mode card serves partitions only: the whole-card (and shared) request bound
         # counts the cards that can take a whole-card request, never every card of the model.
-        largest = max((summary.cards for summary in summaries), default=0)
+        largest = max(map(operator.attrgetter("cards"), summaries), default=0)
         return PoolViews(accelerator_views(summaries, draining), View(), node_names, largest)
     cpu = View() if draining else cpu_view((n.cpu_cores for n in covered), reserved_cpu)
     largest = max((n.cpu_cores for n in covered), default=0)

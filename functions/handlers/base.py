@@ -57,12 +57,16 @@ class Request:
         required: Mapping[str, Sequence[Any] | None] | None = None,
         requirements: Mapping[str, Requirement] | None = None,
         step_input: Any = None,
+        namespaces_kept: bool = False,
     ):
         self.xr: View = view_of(composite)
         self.input: View = view_of(step_input)
         self._observed = observed or {}
         self._required = required or {}
         self.requirements: Mapping[str, Requirement] = requirements or {}
+        # The caller fetched each namespaced requirement from its namespace only (Crossplane
+        # 2.2+): `required_objects` need not be filtered again.
+        self.namespaces_kept = namespaces_kept
 
     @classmethod
     def of(
@@ -75,7 +79,14 @@ class Request:
         return cls(composite, observed, required)
 
     def with_requirements(self, requirements: Mapping[str, Requirement]) -> Request:
-        return Request(self.xr, self._observed, self._required, requirements, self.input)
+        return Request(
+            self.xr,
+            self._observed,
+            self._required,
+            requirements,
+            self.input,
+            self.namespaces_kept,
+        )
 
     @property
     def kind(self) -> str:

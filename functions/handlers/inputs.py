@@ -64,7 +64,7 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
     objects = request.required_objects(SUMMARIES) or ()
     for obj in objects:
         if namespace and structs.namespace_of(obj) != namespace:
-            continue  # a caller that ignores a selector's namespace (Crossplane 1.x)
+            continue  # a caller that ignored the selector's namespace (Crossplane 1.x)
         try:
             summary = MEMO.read(obj)
         except StatusError as error:
@@ -83,8 +83,11 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
 
 
 def _namespace(request: Request) -> str:
+    """The namespace summaries must be in, unless the caller already kept to it."""
     wanted = request.requirements.get(SUMMARIES)
-    return wanted.namespace or "" if wanted is not None else ""
+    if wanted is None or request.namespaces_kept:
+        return ""
+    return wanted.namespace or ""
 
 
 def _where(obj: Any) -> str:
