@@ -39,8 +39,12 @@ kueue: $(STAMP)
 schemas: $(STAMP)
 	$(BIN)/python tools/schemas.py
 
+# Every pool handler at 1,000, 5,000 and 20,000 nodes against its parse floor and a do-nothing
+# SDK function (several minutes; bench/results.md). BENCH_NODES=1000 is the quick run; the
+# figures also go to $(OUTPUT)/bench.json.
+BENCH_NODES ?= 1000,5000,20000
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	BENCH_NODES=$(BENCH_NODES) BENCH_OUT=$(OUTPUT)/bench.json $(BIN)/python -m bench
 
 # The long reliability runs (docs/reliability.md): thousands of fresh fuzz examples per handler,
 # then every figure the doc's table reports, printed and kept in $(OUTPUT)/soak.json.
