@@ -272,17 +272,20 @@ class AcceleratorViews:
         return " ".join(view.display for view in views)
 
 
-# The figures the views sum or take the largest of, read from a node's group in one C call.
-_FIGURES = operator.attrgetter(
-    "cards",
-    "free_cards",
-    "free_shares",
-    "cards_with_free_share",
-    "logical_cards",
-    "free_slice_percent",
-    "max_card_slice_percent",
-    "partition_capacity",
-    "partition_remaining",
+# Each figure of a node's group, read in C for a whole column: no object per node is made.
+_CARDS, _FREE, _SHARES, _WITH_SHARE, _LOGICAL, _SLICED, _ONCE_SLICED, _PT_CAP, _PT_REM = (
+    operator.attrgetter(name)
+    for name in (
+        "cards",
+        "free_cards",
+        "free_shares",
+        "cards_with_free_share",
+        "logical_cards",
+        "free_slice_percent",
+        "max_card_slice_percent",
+        "partition_capacity",
+        "partition_remaining",
+    )
 )
 
 
@@ -295,11 +298,34 @@ def accelerator_views(
     a free share (one free A10G reads `1/10`, not `10/10`). PT's once-max is 1 while any
     partitioned card can host an instance. Columns are summed whole (a pool reads thousands).
     """
-    summaries = list(summaries)
+    summaries = summaries if isinstance(summaries, list) else list(summaries)
     if draining or not summaries:
         return AcceleratorViews()
-    columns = list(zip(*map(_FIGURES, summaries), strict=True))
-    cards, free, shares, with_share, logical, sliced, once_sliced, pt_cap, pt_rem = columns
+    cards = sum(map(_CARDS, summaries))
+    pt_remaining = sum(map(_PT_REM, summaries))
+    return AcceleratorViews(
+        exclusive=View(cards, max(map(_FREE, summaries)), sum(map(_FREE, summaries))),
+        shared=View(
+            cards * SHARES_PER_CARD,
+            max(map(_WITH_SHARE, summaries)),
+            sum(map(_SHARES, summaries)),
+        ),
+        sliced=View(
+            sum(map(_LOGICAL, summaries)) * 100,
+            max(map(_ONCE_SLICED, summaries)),
+            sum(map(_SLICED, summaries)),
+        ),
+        partitioned=PartitionView(
+            sum(map(_PT_CAP, summaries)),
+            int(pt_remaining > 0),
+            pt_remaining,
+            *profile_totals(summaries),
+        ),
+    )
+
+
+def profile_totals(summaries: list[GroupSummary]) -> tuple[dict[str, int], dict[str, int]]:
+    """Allocated and remaining partitions by profile, over the groups that have any."""
     allocated: dict[str, int] = {}
     remaining: dict[str, int] = {}
     for node in summaries:
@@ -309,15 +335,7 @@ def accelerator_views(
             allocated[name] = allocated.get(name, 0) + count
         for name, count in node.remaining_profiles.items():
             remaining[name] = remaining.get(name, 0) + count
-    pt_remaining = sum(pt_rem)
-    return AcceleratorViews(
-        exclusive=View(sum(cards), max(free), sum(free)),
-        shared=View(sum(cards) * SHARES_PER_CARD, max(with_share), sum(shares)),
-        sliced=View(sum(logical) * 100, max(once_sliced), sum(sliced)),
-        partitioned=PartitionView(
-            sum(pt_cap), int(pt_remaining > 0), pt_remaining, allocated, remaining
-        ),
-    )
+    return allocated, remaining
 
 
 def cpu_view(node_cores: Iterable[int], reserved: int = 0) -> View:
@@ -352,7 +370,7 @@ def pool_views(
         summaries = [n.groups[a_key] for n in covered]  # `covered` has cards of a_key
         # A MIG-mode card serves partitions only: the whole-card (and shared) request bound
         # counts the cards that can take a whole-card request, never every card of the model.
-        largest = max(map(operator.attrgetter("cards"), summaries), default=0)
+        largest = max(map(_CARDS, summaries), default=0)
         return PoolViews(accelerator_views(summaries, draining), View(), node_names, largest)
     cpu = View() if draining else cpu_view((n.cpu_cores for n in covered), reserved_cpu)
     largest = max((n.cpu_cores for n in covered), default=0)

@@ -57,8 +57,12 @@ def summaries_requirement(
 
 def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
     """Every required node summary, one per node, by node name; unreadable ones are skipped
-    and named. One string is read from each ConfigMap (its facts only where asked for)."""
-    found: dict[str, tuple[NodeSummary, Any]] = {}
+    and named. One string is read from each ConfigMap (its facts only where asked for).
+
+    Nothing is allocated per node that outlives the loop but the summary itself: objects that
+    survive a request's young collections bring on a full one over every summary kept."""
+    found: dict[str, NodeSummary] = {}
+    source: dict[str, Any] = {}  # the object each node's summary was read from
     problems: list[tuple[str, str, str]] = []
     namespace = _namespace(request)
     objects = request.required_objects(SUMMARIES) or ()
@@ -70,16 +74,21 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
         except StatusError as error:
             problems.append((_where(obj), error.field, error.problem))
             continue
-        kept = found.setdefault(summary.node, (summary, obj))
-        if kept[1] is not obj:  # only a hand-made ConfigMap repeats a node: the first by name
-            first, second = sorted((kept[1], obj), key=_where)
-            found[summary.node] = (summary if first is obj else kept[0], first)
-            problems.append((_where(second), "data.summary", f"repeats node {summary.node}"))
+        node = summary.node
+        if node not in found:
+            found[node] = summary
+            source[node] = obj
+            continue
+        # Only a hand-made ConfigMap repeats a node: the first by namespace and name counts.
+        first, second = sorted((source[node], obj), key=_where)
+        if first is obj:
+            found[node], source[node] = summary, obj
+        problems.append((_where(second), "data.summary", f"repeats node {node}"))
     MEMO.trim(len(objects))
     for where, field, problem in sorted(problems):
         unreadable(desired, "ConfigMap", where, field, problem)
     inputs_readable(desired, "node summaries", sorted({p[0] for p in problems}))
-    return [found[node][0] for node in sorted(found)]
+    return [found[node] for node in sorted(found)]
 
 
 def _namespace(request: Request) -> str:
