@@ -32,6 +32,7 @@ from functions.handlers import catalog, devices, inputs, instancetype
 from functions.handlers.base import Request
 from functions.handlers.desired import Desired
 from functions.server import run_function
+from functions.views import StructView
 from tests.support.schemas import ROOT
 from tests.test_mig import MIG_3G_ON_GPU0, h100_node
 
@@ -238,6 +239,22 @@ def test_a_summary_outside_the_system_namespace_is_not_read(walkthrough):
     )
     assert [n.node for n in nodes] == ["node-a10g"]
     assert desired.results == []
+
+
+@pytest.mark.parametrize(
+    "caller", [pipeline.CROSSPLANE_1, pipeline.CROSSPLANE_2], ids=lambda c: c.name
+)
+def test_a_look_alike_summary_never_counts_whichever_crossplane_asks(walkthrough, caller):
+    """1.x ignores a selector's namespace and hands the pool a tenant's look-alike too; the
+    handler drops it there. 2.2+ keeps to the namespace, and nothing is read twice."""
+    forged = summary_of(walkthrough["node-t4-b"])
+    forged["metadata"] |= {"name": "evil-gpustack-summary", "namespace": "tenant-a"}
+    forged["metadata"]["labels"]["acceleratable.feature.gpustack.ai/nvidia-a10g"] = "true"
+    cluster = [summary_of(walkthrough["node-a10g"]), forged]
+    req = pipeline.request(pool_type(), {}, {**INPUT, "handler": "instancetype"}, caller=caller)
+    rsp = pipeline.run_step(run_function, req, cluster, caller)
+    status = StructView(rsp.desired.composite.resource).to_dict()["status"]
+    assert (status["nodes"], status["display"]["accelerator"]) == (1, "1/1 1/10 100/100 0/0")
 
 
 def test_two_summaries_of_one_node_count_once_and_the_second_is_named(walkthrough):

@@ -15,6 +15,9 @@ pools select nodes by, and two keys, each one compact JSON string:
   describe (the first node of a pool, of a flavor, of a catalog row): per group the product,
   memory, cores, versions, slice slots and partition profiles with their credits; the CPU.
 
+`summary` names its `facts` by digest: equal summary texts go with equal facts, so a reader
+may keep what it parsed of a text for as long as it sees that text again.
+
 Versioned: both hold `"v": 1`. A packed list does not repeat its figures' names (5,000 nodes
 would carry 0.9 MB of them per pool reconcile); `LAYOUTS` names them per version instead, and a
 version's layout is frozen: a later release only appends figures under a new version. So a
@@ -47,7 +50,6 @@ _ATTRS = tuple(COUNT_FIELDS[name] for name in COUNT_NAMES)
 _FIELD_ORDER = tuple(GroupSummary.__dataclass_fields__)
 # This release's layout in GroupSummary's own field order: figures go in positionally.
 _POSITIONAL = _FIELD_ORDER[: len(_ATTRS)] == _ATTRS
-
 
 
 # --- writer -----------------------------------------------------------------------------------
