@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -162,6 +164,35 @@ def server_process(*args: str) -> Iterator[tuple[subprocess.Popen, str]]:
         if process.poll() is None:
             process.kill()
         process.wait(timeout=10)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (the server's forkserver and its workers), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # `pid (comm) state ppid ...`: comm may hold spaces, so read after its `)`.
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+@contextlib.contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    """SIGSTOP these processes for the block, SIGCONT after: a worker that cannot finish yet."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def logged(output: str, message: str) -> list[dict[str, Any]]:
