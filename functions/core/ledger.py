@@ -10,7 +10,7 @@ slots), or Partitioned (a MIG card: one credit charge per partition, placement-a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from functions.core import mig
 from functions.core.devices import (
@@ -283,23 +283,12 @@ class GroupSummary:
     remaining_profiles: dict[str, int] = field(default_factory=dict)
 
 
+# GroupSummary's whole-number figures, by name (the profile counts are maps).
+SUMMARY_COUNTS = tuple(f.name for f in fields(GroupSummary) if f.type in (int, "int"))
+
+
 def summarize(cards: Iterable[CardLedger]) -> GroupSummary:
-    counts = dict.fromkeys(
-        (
-            "total_cards",
-            "cards",
-            "free_cards",
-            "free_shares",
-            "cards_with_free_share",
-            "logical_cards",
-            "free_slice_percent",
-            "max_card_slice_percent",
-            "max_card_slice_units",
-            "partition_capacity",
-            "partition_remaining",
-        ),
-        0,
-    )
+    counts = dict.fromkeys(SUMMARY_COUNTS, 0)
     allocated: dict[str, int] = {}
     remaining: dict[str, int] = {}
     for card in cards:
