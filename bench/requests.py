@@ -8,7 +8,8 @@ back: the composite carries the status it was given, the observed objects are wh
 steady cluster sends every TTL; the bytes of all its calls are the bytes per reconcile.
 
 `before(...)` is the same final request as release 0.1.x was sent it: a pool's required nodes
-are the full Devices objects (its selector then: the same labels on Devices), no summaries.
+are the full Devices objects (its selector then: the same labels on Devices), no summaries; a
+VM Instance's carries every Node (it read the per-VM limit from them, not from the class).
 """
 
 from __future__ import annotations
@@ -193,6 +194,9 @@ def build_all(cluster: Cluster) -> dict[str, Built]:
     pool = instance_type(POOL, index)
     found["instancetype"] = settled("instancetype", pool, index)
     found["gpuclass"] = settled("gpuclass", gpu_class(cluster), index)
+    classes = index.by_kind[("cozystack.io/v1alpha1", "GPUClass")]
+    _, rsp, _ = reconcile("gpuclass", classes[0], {}, index)
+    classes[0] = with_status(classes[0], rsp)  # a VM reads its per-VM limit there
     types = []
     for name in (POOL, GENERIC_POOL):
         derived = instance_type(name, index)
@@ -230,8 +234,15 @@ def devices_requests(cluster: Cluster) -> dict[str, Built]:
 
 
 def before(built: Built, cluster: Cluster) -> Built:
-    """The final request as 0.1.x was sent it: Devices instead of node summaries."""
+    """The final request as 0.1.x was sent it: Devices instead of node summaries; every Node
+    for a VM Instance."""
     req = fnv1.RunFunctionRequest.FromString(built.payload)
+    if "gpuclasses" in req.required_resources and "nodes" not in req.required_resources:
+        items = req.required_resources["nodes"].items
+        for obj in cluster.kind("Node"):
+            items.add().resource.update(obj)
+        payload = req.SerializeToString()
+        return Built(built.handler, payload, (*built.calls[:-1], len(payload)))
     if "summaries" not in req.required_resources:
         return built
     selector = req.required_resources  # the summaries' labels, less the type, select Devices

@@ -235,7 +235,7 @@ KUBEVIRT = {
 
 
 def test_units_add_up_to_at_most_1024_per_vmi():
-    offers = gpus.Offers([DictView(gpu_class(maxCount=1024))], [DictView(KUBEVIRT)], [])
+    offers = gpus.Offers([DictView(gpu_class(maxCount=1024))], [DictView(KUBEVIRT)])
     entries = [
         DictView({"className": "example-whole-gpu", "count": 1000}),
         DictView({"className": "example-whole-gpu", "count": 25}),
@@ -244,3 +244,27 @@ def test_units_add_up_to_at_most_1024_per_vmi():
         "spec.gpus: GPU class example-whole-gpu allows at most 1024 units per VM, requested 1025",
         "spec.gpus: the gpus entries expand to 1025 GPU units; at most 1024 per VMI",
     ]
+
+
+def observed(found: dict[str, Any], **status: Any) -> dict[str, Any]:
+    """A class as its own reconcile left it: the status the gpuclass handler wrote."""
+    return {**found, "status": status}
+
+
+LIMIT_CASES = [
+    ("maxCount wins over what nodes advertise", gpu_class(maxCount=2), {"maxPerNode": 8}, 2),
+    ("a vGPU class takes one unit", gpu_class("example-byol-vgpu"), {"maxPerNode": 8}, 1),
+    ("else the most one eligible node advertises", gpu_class(), {"maxPerNode": 8}, 8),
+    ("no eligible node advertises it yet: a shortage", gpu_class(), {"maxPerNode": 0}, None),
+    ("the class not observed yet: a shortage", gpu_class(), {}, None),
+    ("a status that is no whole number: a shortage", gpu_class(), {"maxPerNode": "8"}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("found", "status", "limit"),
+    [case[1:] for case in LIMIT_CASES],
+    ids=[case[0] for case in LIMIT_CASES],
+)
+def test_the_per_vm_limit_is_read_from_the_class_not_from_every_node(found, status, limit):
+    assert gpus.per_vm_limit(DictView(observed(found, **status))) == limit

@@ -28,7 +28,7 @@ def conditions(world: World, name: str) -> dict[str, tuple[str, str]]:
 def test_free_counts_only_eligible_nodes(world):
     status = world.get("GPUClass", "example-whole-gpu")["status"]
     # gpu-a: 4 − 1 used by a launcher; gpu-b is tainted and the class has no toleration; gpu-c is cordoned.
-    assert (status["free"], status["maxFreePerNode"]) == (3, 3)
+    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (3, 3, 4)
     assert conditions(world, "example-whole-gpu")["ResourceNameNotPermitted"][0] == "False"
     assert conditions(world, "example-whole-gpu")["Ready"][0] == "True"
     assert conditions(world, "example-byol-vgpu")["Ready"][0] == "False"  # not permitted
@@ -46,7 +46,7 @@ def test_a_toleration_makes_a_tainted_node_eligible(world):
     )
     world.reconcile()
     status = world.get("GPUClass", "example-whole-gpu")["status"]
-    assert (status["free"], status["maxFreePerNode"]) == (11, 8)
+    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (11, 8, 8)
 
 
 def test_an_unpermitted_resource_is_reported(world):
@@ -119,6 +119,7 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
     nodes = [node("gpu-a", "4"), node("gpu-b", "four")]
     desired = gpuclass.compose(Request.of(offer, required={"nodes": nodes}))
     assert (desired.status["free"], desired.status["maxFreePerNode"]) == (4, 4)
+    assert desired.status["maxPerNode"] == 4
     assert [(r.severity.name, r.message) for r in desired.results] == [
         (
             "WARNING",

@@ -2,7 +2,9 @@
 
 `status.free` counts free units of the class's device-plugin resource over eligible nodes
 (Ready, not cordoned, no NoSchedule/NoExecute taint the class does not tolerate);
-`status.maxFreePerNode` is the largest of them. They are observations, not reservations.
+`status.maxFreePerNode` is the largest of them, and `status.maxPerNode` the most units one eligible
+node advertises (used or not): the per-VM limit of a class without `maxCount`, which VM Instances
+read here rather than requiring every Node themselves. They are observations, not reservations.
 Conditions: `ResourceNameConflict` (another, older class advertises the same resource: this
 offer is not available), `ResourceNameNotPermitted` (KubeVirt's permittedHostDevices lacks it),
 `LicenseSecretMissing` (a licensed class's source Secret or token key is absent). License token
@@ -25,6 +27,7 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from functions.core import apis, labels, names, quantity, reasons
@@ -72,11 +75,12 @@ def compose(request: Request) -> Desired:
     permitted = is_permitted(request.required("kubevirt"), resource)
     license_problem = license_missing(request, spec)
     report(desired, spec, resource, conflict, permitted, license_problem)
-    free = [] if conflict else free_per_node(request, spec, resource, desired)
+    nodes = [] if conflict else node_units(request, spec, resource, desired)
     desired.status = {
         "resourceName": resource,
-        "free": sum(free),
-        "maxFreePerNode": max(free, default=0),
+        "free": sum(n.free for n in nodes),
+        "maxFreePerNode": max((n.free for n in nodes), default=0),
+        "maxPerNode": max((n.allocatable for n in nodes), default=0),
     }
     desired.composite_ready = conflict is None and permitted and license_problem is None
     return desired
@@ -156,16 +160,24 @@ def license_missing(request: Request, spec: View) -> str | None:
     return None
 
 
-def free_per_node(request: Request, spec: View, resource: str, desired: Desired) -> list[int]:
-    """Free units of `resource` on each eligible node; a node whose allocatable cannot be read
-    is left out and named in a Warning."""
+@dataclass(frozen=True)
+class NodeUnits:
+    """Units of a class's resource on one eligible node: all it advertises, and those free."""
+
+    allocatable: int
+    free: int
+
+
+def node_units(request: Request, spec: View, resource: str, desired: Desired) -> list[NodeUnits]:
+    """Units of `resource` on each eligible node that advertises it; a node whose allocatable
+    cannot be read is left out and named in a Warning."""
     tolerations = list(spec.list("tolerations").views())
     used: dict[str, int] = {}
     for pod in request.required("launchers") or []:
         node = pod.str("spec", "nodeName")
         if node and pod.str("status", "phase") not in ("Succeeded", "Failed"):
             used[node] = used.get(node, 0) + units_requested(pod, resource)
-    free = []
+    found = []
     for node in request.required("nodes") or []:
         if not eligible(node, tolerations):
             continue
@@ -181,8 +193,8 @@ def free_per_node(request: Request, spec: View, resource: str, desired: Desired)
                 reasons.UNREADABLE_OBJECT,
             )
             continue
-        free.append(max(0, total - used.get(node.name, 0)))
-    return free
+        found.append(NodeUnits(total, max(0, total - used.get(node.name, 0))))
+    return found
 
 
 def units_requested(pod: View, resource: str) -> int:

@@ -6,8 +6,10 @@ whole number from 1 to 1024 and the entries expand to at most 1024 units per VMI
 is refused when its class is missing, deleting or conflicting, its resource is not permitted by
 KubeVirt, or it is a vGPU class where vGPU is barred (not entitled; a worker pool); a VM takes
 vGPUs from one class only, and each class within its per-VM limit: `maxCount`, else 1 for vGPU,
-else the most GPUs of the resource one eligible node has. No eligible node advertising the
-resource yet is a shortage — the VM waits — never a limit of zero.
+else the most GPUs of the resource one eligible node has — which the class's own reconcile
+publishes as `status.maxPerNode`, so that a VM's reconcile never requires every Node. No
+eligible node advertising the resource yet (or the class not yet observed) is a shortage — the
+VM waits — never a limit of zero.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from functions.core import apis, names, quantity, reasons
-from functions.core.quantity import QuantityError
+from functions.core import apis, names, reasons
 from functions.core.requests import Refusal
 from functions.core.settings import DNS_LABEL
 from functions.handlers import gpuclass
@@ -26,7 +27,7 @@ from functions.handlers.instance.outcome import Waiting
 from functions.views import View
 
 MAX_UNITS = 1024
-CLASS_REQUIREMENTS = ("gpuclasses", "kubevirt", "nodes")
+CLASS_REQUIREMENTS = ("gpuclasses", "kubevirt")
 
 
 def class_requirements() -> dict[str, Requirement]:
@@ -34,7 +35,6 @@ def class_requirements() -> dict[str, Requirement]:
     return {
         "gpuclasses": Requirement(apis.GPU_CLASS, "GPUClass"),
         "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
-        "nodes": Requirement(apis.CORE, "Node"),
     }
 
 
@@ -51,11 +51,10 @@ class VgpuBar:
 
 @dataclass(frozen=True)
 class Offers:
-    """The catalog as class entries read it: classes, KubeVirt CRs, nodes, and any vGPU bar."""
+    """The catalog as class entries read it: classes, KubeVirt CRs, and any vGPU bar."""
 
     classes: list[View]
     kubevirts: list[View]
-    nodes: list[View]
     vgpu_bar: VgpuBar | None = None
 
 
@@ -63,11 +62,11 @@ READING = Waiting(reasons.READING_GPU_CLASSES, "spec.gpus: reading the GPU class
 
 
 def read_classes(request: Request) -> Offers | None:
-    """The classes, KubeVirt CRs and nodes; None while any is unread."""
-    classes, kubevirts, nodes = (request.required(name) for name in CLASS_REQUIREMENTS)
-    if classes is None or kubevirts is None or nodes is None:
+    """The classes and KubeVirt CRs; None while either is unread."""
+    classes, kubevirts = (request.required(name) for name in CLASS_REQUIREMENTS)
+    if classes is None or kubevirts is None:
         return None
-    return Offers(classes, kubevirts, nodes)
+    return Offers(classes, kubevirts)
 
 
 def read_offers(request: Request, platform_entitled: bool) -> Offers | Waiting:
@@ -117,7 +116,7 @@ def resolve(entries: list[View], offers: Offers, at: str = "spec.gpus") -> Resol
         counts[name] = counts.get(name, 0) + count
         take(resolved, gpu_class, count)
     refusals += vgpu_class_refusals(entries, by_name, at)
-    refusals += limit_refusals(counts, by_name, offers.nodes, resolved, at)
+    refusals += limit_refusals(counts, by_name, resolved, at)
     return refusals or resolved
 
 
@@ -216,14 +215,13 @@ def vgpu_class_refusals(entries: list[View], by_name: Mapping[str, View], at: st
 def limit_refusals(
     counts: Mapping[str, int],
     by_name: Mapping[str, View],
-    nodes: list[View],
     resolved: Resolved,
     at: str,
 ) -> list[Refusal]:
     """Each class within its per-VM limit, all within 1024 units; no limit yet is a shortage."""
     refusals = []
     for name, count in counts.items():
-        limit = per_vm_limit(by_name[name], nodes)
+        limit = per_vm_limit(by_name[name])
         if limit is None:
             resource = by_name[name].str("spec", "source", "devicePlugin", "resourceName")
             resolved.shortages.append(resource)
@@ -236,22 +234,13 @@ def limit_refusals(
     return refusals
 
 
-def per_vm_limit(gpu_class: View, nodes: list[View]) -> int | None:
+def per_vm_limit(gpu_class: View) -> int | None:
     """maxCount; unset: 1 for vGPU, else the most GPUs of the resource one eligible node has
-    (Ready, schedulable, its taints tolerated) — None while none advertises it: a shortage."""
+    (Ready, schedulable, its taints tolerated), as the class's status observed it — None while
+    none advertises it: a shortage."""
     if gpu_class.get("spec", "maxCount") is not None:
         return int(gpu_class.get("spec", "maxCount"))
     if gpu_class.str("spec", "mode") == "vgpu":
         return 1
-    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
-    tolerations = list(gpu_class.list("spec", "tolerations").views())
-    largest = 0
-    for node in nodes:
-        if not gpuclass.eligible(node, tolerations):
-            continue
-        try:
-            allocatable = quantity.parse(node.get("status", "allocatable", resource) or 0)
-        except QuantityError:
-            continue
-        largest = max(largest, quantity.floor(allocatable))
-    return largest or None
+    largest = gpu_class.get("status", "maxPerNode")
+    return largest if type(largest) is int and largest > 0 else None
