@@ -84,10 +84,12 @@ class Protocol:
 
 
 class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
-    """Required objects by requirement name, read from either protocol field on demand."""
+    """Required objects by requirement name, read from either protocol field on demand; each
+    name's list is made once (a pool's holds thousands of objects)."""
 
     def __init__(self, req: fnv1.RunFunctionRequest):
         self.req = req
+        self.lists: dict[str, Sequence[struct_pb2.Struct]] = {}
 
     def _resources(self, name: str) -> fnv1.Resources | None:
         if name in self.req.required_resources:
@@ -97,10 +99,12 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         return None
 
     def __getitem__(self, name: str) -> Sequence[struct_pb2.Struct]:
-        found = self._resources(name)
-        if found is None:
-            raise KeyError(name)
-        return [item.resource for item in found.items]
+        if name not in self.lists:
+            found = self._resources(name)
+            if found is None:
+                raise KeyError(name)
+            self.lists[name] = tuple(item.resource for item in found.items)
+        return self.lists[name]
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._resources(name) is not None
