@@ -15,7 +15,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from functions.views import View, view_of
+from functions.views import View, plain, view_of
 
 
 def string_at(obj: Any, outer: str, inner: str) -> str | None:
@@ -58,6 +58,4 @@ def canonical(obj: View, key: str) -> bytes:
     if fields is not None:  # a StructView: its Struct's map of Values
         found = fields.get(key)
         return found.SerializeToString(deterministic=True) if found is not None else b""
-    value = obj.get(key)
-    plain = value.to_dict() if isinstance(value, View) else value
-    return json.dumps(plain, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(plain(obj.get(key)), sort_keys=True, separators=(",", ":")).encode()

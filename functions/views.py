@@ -76,7 +76,7 @@ class View:
 
     def to_dict(self) -> dict[builtins.str, Any]:
         """The whole object as plain Python (for small objects only; never on a hot path)."""
-        return {key: _plain(value) for key, value in self.items()}
+        return {key: plain(value) for key, value in self.items()}
 
     def __bool__(self) -> builtins.bool:
         return bool(self.keys())
@@ -151,7 +151,7 @@ class ListView:
         return (item for item in self if isinstance(item, View))
 
     def to_list(self) -> list[Any]:
-        return [_plain(value) for value in self]
+        return [plain(value) for value in self]
 
 
 class ShapeError(ValueError):
@@ -239,7 +239,8 @@ def _wrap(value: Any) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """A value a view read, as plain data: objects as dicts, lists as lists."""
     if isinstance(value, View):
         return value.to_dict()
     if isinstance(value, ListView):

@@ -10,6 +10,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions import pipeline
+from functions.handlers import HANDLERS
+from functions.handlers.base import InputError, Request
 from functions.server import run_function
 from functions.simulate import World, load_documents, world_from
 from functions.simulate.apiserver import Refused
@@ -463,6 +465,28 @@ def test_a_devices_spec_error_is_refused_by_the_api_server_and_fatal_offline(wor
         )
     ]
     assert rsp.desired == earlier
+
+
+@pytest.mark.parametrize("spec", [[1, {"a": 2}], "a string", 7], ids=["list", "string", "number"])
+def test_a_devices_spec_that_is_no_object_is_refused_naming_spec_through_either_path(spec):
+    """A fuzz finding: a list as `spec` raised TypeError computing the inputs digest from
+    plain dicts (offline render, tests) while the protobuf path refused it."""
+    devices = {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Devices",
+        "metadata": {"name": "node-x"},
+        "spec": spec,
+        "status": {"inputs": "an earlier digest"},
+    }
+    request = Request.of(devices, required={"catalog": []})
+    handler = HANDLERS["devices"]
+    with pytest.raises(InputError) as refused:
+        handler.compose(request.with_requirements(handler.requirements(request)))
+    assert refused.value.field == "spec"
+    req = pipeline.request(devices, {}, {"apiVersion": "fn.gpustack.ai/v1beta1", "kind": "Input",
+                                         "handler": "devices"})  # fmt: skip
+    messages = [(r.severity, r.message) for r in run_function(req).results]
+    assert messages == [(fnv1.SEVERITY_FATAL, str(refused.value))]
 
 
 def test_the_same_through_real_grpc():
