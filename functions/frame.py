@@ -41,7 +41,7 @@ from google.protobuf.internal import api_implementation
 
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired, Severity
-from functions.views import ListView, ShapeError, View, view_of
+from functions.views import ShapeError, View, plain, view_of
 
 _STATUS = {True: fnv1.STATUS_CONDITION_TRUE, False: fnv1.STATUS_CONDITION_FALSE}
 _READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
@@ -277,17 +277,6 @@ def respond(
         rsp.conditions.append(found)
     _results(rsp, desired)
     return rsp
-
-
-def plain(value: Any) -> Any:
-    """`value` with every view in it replaced by the data it views (what a Struct takes)."""
-    if isinstance(value, View | ListView):
-        return value.to_dict() if isinstance(value, View) else value.to_list()
-    if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return value
 
 
 def _results(rsp: fnv1.RunFunctionResponse, desired: Desired) -> None:

@@ -76,7 +76,7 @@ class View:
 
     def to_dict(self) -> dict[builtins.str, Any]:
         """The whole object as plain Python (for small objects only; never on a hot path)."""
-        return {key: plain(value) for key, value in self.items()}
+        return {key: _data(value) for key, value in self.items()}
 
     def __bool__(self) -> builtins.bool:
         return bool(self.keys())
@@ -151,7 +151,7 @@ class ListView:
         return (item for item in self if isinstance(item, View))
 
     def to_list(self) -> list[Any]:
-        return [plain(value) for value in self]
+        return [_data(value) for value in self]
 
 
 class ShapeError(ValueError):
@@ -239,12 +239,23 @@ def _wrap(value: Any) -> Any:
     return value
 
 
-def plain(value: Any) -> Any:
+def _data(value: Any) -> Any:
     """A value a view read, as plain data: objects as dicts, lists as lists."""
     if isinstance(value, View):
         return value.to_dict()
     if isinstance(value, ListView):
         return value.to_list()
+    return value
+
+
+def plain(value: Any) -> Any:
+    """`value` with every view in it replaced by the data it views (what a Struct takes)."""
+    if isinstance(value, View | ListView):
+        return _data(value)
+    if isinstance(value, Mapping):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
     return value
 
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from functions import frame, pipeline
+from functions import pipeline, views
 from functions.core import names
 from functions.core.devices import parse_spec
 from functions.core.ledger import build_ledger
@@ -313,8 +313,8 @@ def test_an_unchanged_devices_returns_its_status_and_objects_without_recomputing
 
     monkeypatch.setattr(devices, "parse_devices", recomputed)
     again = devices.compose(request)
-    assert frame.plain(again.status) == first.status
-    assert frame.plain(again.resources) == first.resources
+    assert views.plain(again.status) == first.status
+    assert views.plain(again.resources) == first.resources
     assert again.ready == {"worker": True, "device-manager": True, "summary": True}
     assert again.results == first.results  # the conflict is still reported, from the status
     assert [r.reason for r in again.results] == ["AllocationConflict"]
@@ -460,13 +460,13 @@ def test_a_pool_without_any_summary_keeps_its_queue_and_status_and_says_so():
         required={"catalog": [], "summaries": [], "namespaces": []},
     ).with_requirements(instancetype.requirements(Request.of(pool_type())))
     desired = instancetype.compose(request)
-    assert frame.plain(desired.resources["clusterqueue"]) == {
+    assert views.plain(desired.resources["clusterqueue"]) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ClusterQueue",
         "metadata": {"name": A10G, "labels": {"resource.gpustack.ai/type": "instancetypes"}},
         "spec": OBSERVED_QUEUE["spec"],
     }
-    assert frame.plain(desired.status) == {
+    assert views.plain(desired.status) == {
         "phase": "Active",
         "display": {"accelerator": "1/1 1/10 100/100 0/0"},
     }
@@ -511,8 +511,8 @@ def test_the_catalog_without_any_summary_keeps_every_flavor_type_and_row(walkthr
     composite = {**catalog_object(), "status": full.status}
     request = Request.of(composite, observed=observed, required={"summaries": []})
     kept = catalog.compose(request.with_requirements(catalog.requirements(request)))
-    assert frame.plain(kept.resources) == full.resources
-    assert frame.plain(kept.status) == full.status
+    assert views.plain(kept.resources) == full.resources
+    assert views.plain(kept.status) == full.status
     assert [r.reason for r in kept.results] == ["NodeSummariesMissing"]
     assert "every flavor, InstanceType and catalog row kept as observed" in kept.results[0].message
 
