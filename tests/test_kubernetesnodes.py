@@ -13,12 +13,21 @@ from functions.simulate.apiserver import Refused
 from tests.support import schemas
 from tests.support.schemas import ROOT
 from tests.test_render import render
-from tests.test_virtual_machines import one_round, synced
+from tests.test_virtual_machines import VM_CLUSTER, one_round, synced
 
 WALKTHROUGH, CLASSES = ROOT / "examples" / "walkthrough", ROOT / "examples" / "gpuclass"
 POOLS = ROOT / "examples" / "kubernetesnodes"
 PIPELINE = ROOT / "compositions" / "pipelines" / "kubernetesnodes.yaml"
 NAMESPACE = "tenant-alpha"
+# What an offline render of a worker pool is given as the cluster: its type and the classes.
+OBSERVED = (
+    "-e",
+    POOLS / "instancetype.yaml",
+    "-e",
+    CLASSES / "cluster.yaml",
+    "-e",
+    CLASSES / "classes.yaml",
+)
 
 
 def gpu_node(name: str, gpus: int) -> dict:
@@ -36,15 +45,7 @@ def gpu_node(name: str, gpus: int) -> dict:
 @pytest.fixture
 def world() -> World:
     """The GPU class cluster (gpu-a: 3 free whole GPUs) and two more nodes of 2, a tenant."""
-    world = world_from(
-        [
-            WALKTHROUGH / "devices.yaml",
-            WALKTHROUGH / "namespaces.yaml",
-            WALKTHROUGH / "catalog.yaml",
-            CLASSES / "cluster.yaml",
-            CLASSES / "classes.yaml",
-        ]
-    )
+    world = world_from(VM_CLUSTER)
     world.apply(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         gpu_node("gpu-d", 2),
@@ -153,12 +154,7 @@ def test_the_worker_pool_renders_offline():
         POOLS / "pool.yaml",
         PIPELINE,
         CLASSES / "functions.yaml",
-        "-e",
-        POOLS / "instancetype.yaml",
-        "-e",
-        CLASSES / "cluster.yaml",
-        "-e",
-        CLASSES / "classes.yaml",
+        *OBSERVED,
     )
     assert result.exit_code == 0, result.output
     composite, composed = stream[0], stream[1:]
@@ -194,12 +190,7 @@ def test_render_refuses_what_the_schema_refuses(tmp_path, entry, message):
         tmp_path / "pool.yaml",
         PIPELINE,
         "-r",
-        "-e",
-        POOLS / "instancetype.yaml",
-        "-e",
-        CLASSES / "cluster.yaml",
-        "-e",
-        CLASSES / "classes.yaml",
+        *OBSERVED,
     )
     assert result.exit_code == 0, result.output
     assert stream[0]["status"]["phase"] == "Refused"

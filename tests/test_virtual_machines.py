@@ -17,6 +17,14 @@ from tests.support import schemas
 from tests.support.schemas import ROOT
 
 WALKTHROUGH, CLASSES = ROOT / "examples" / "walkthrough", ROOT / "examples" / "gpuclass"
+# The walkthrough's nodes and settings beside the GPU class cluster: where VM tests start.
+VM_CLUSTER = [
+    WALKTHROUGH / "devices.yaml",
+    WALKTHROUGH / "namespaces.yaml",
+    WALKTHROUGH / "catalog.yaml",
+    CLASSES / "cluster.yaml",
+    CLASSES / "classes.yaml",
+]
 TOKEN = "c3ludGhldGljLXRva2Vu"
 FEATURE_TYPE_1 = (
     "RmVhdHVyZVR5cGU9MQo="  # base64 of "FeatureType=1\n", the licensing client's gridd.conf
@@ -25,15 +33,7 @@ FEATURE_TYPE_1 = (
 
 @pytest.fixture
 def world() -> World:
-    world = world_from(
-        [
-            WALKTHROUGH / "devices.yaml",
-            WALKTHROUGH / "namespaces.yaml",
-            WALKTHROUGH / "catalog.yaml",
-            CLASSES / "cluster.yaml",
-            CLASSES / "classes.yaml",
-        ]
-    )
+    world = world_from(VM_CLUSTER)
     world.reconcile()
     return world
 
