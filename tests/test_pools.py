@@ -165,8 +165,14 @@ def test_section_1_local_queues_in_every_namespace_but_the_reserved(world):
     assert {ns for ns, _ in queues} == {"default", "kube-public"}
     assert len(queues) == 6
     local = world.get("LocalQueue", "gpustack-fnv64-c4680bb149644f1c", "default")
-    assert local["spec"] == {"clusterQueue": A10G, "stopPolicy": "None"}  # Kueue's default
+    assert local["spec"]["clusterQueue"] == A10G
     assert local["metadata"]["annotations"]["schedule.gpustack.ai/queue"] == A10G
+
+
+def test_the_api_server_gives_a_local_queue_kueues_default_stop_policy(world):
+    schemas.require_schemas()  # the default comes from Kueue's schema
+    local = world.get("LocalQueue", "gpustack-fnv64-c4680bb149644f1c", "default")
+    assert local["spec"] == {"clusterQueue": A10G, "stopPolicy": "None"}
 
 
 def test_section_1_catalog_and_instance_type_detail(world):
