@@ -13,6 +13,10 @@ sharing mode the ledger knows is allocated somewhere. Each node has:
   addresses, node info, 20 images; managedFields left out, as in every object here);
 - on every fourth node a KubeVirt launcher Pod holding two passthrough H100s.
 
+Every Node carries virt-handler's `kubevirt.io/schedulable: "true"`, as KubeVirt's default
+placement (virt-handler on every node) labels them; `vm_nodes_only()` gives the cluster whose
+virt-handler is placed on the quarter of nodes that serve VMs (those with launchers).
+
 `before()` gives the Devices as release 0.1.x stored them (no summary ConfigMap, no `inputs`
 digest): what a pool reconcile carried until now. Objects are built once per shape and stamped
 per node by replacing a token, so a 20,000-node cluster builds in seconds.
@@ -273,6 +277,7 @@ def node_object(cpu: int) -> dict[str, Any]:
         f"acceleratable.feature.gpustack.ai/{A_KEY}.count": "8",
         f"acceleratable.feature.gpustack.ai/{A_KEY}.memory": "81559Mi",
         "feature.gpustack.ai/acceleratable": "true",
+        "kubevirt.io/schedulable": "true",  # virt-handler's default placement: every node
     }
     resources = {
         "cpu": str(CPUS[cpu]["cores"]),
@@ -422,6 +427,25 @@ RUNTIME_CLASS = {
 }
 
 
+VM_NODES_EVERY = 4  # launchers run on every fourth node: the VM nodes
+
+
+def vm_nodes_only(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Nodes as virt-handler placed on the VM nodes alone labels them: the others carry no
+    `kubevirt.io/schedulable` (copies; the cluster's own Nodes are left as they are)."""
+    found = []
+    for index, node in enumerate(nodes):
+        if index % VM_NODES_EVERY:
+            node = {**node, "metadata": dict(node["metadata"])}
+            node["metadata"]["labels"] = {
+                k: v
+                for k, v in node["metadata"]["labels"].items()
+                if k != "kubevirt.io/schedulable"
+            }
+        found.append(node)
+    return found
+
+
 @dataclass
 class Cluster:
     """`nodes` nodes' objects (as dicts) and the cluster-wide ones, by kind."""
@@ -465,7 +489,7 @@ def build(nodes: int) -> Cluster:
         number = f"{index:05d}"
         for kind, text in zip(kinds, texts, strict=True):
             cluster.objects[kind].append(json.loads(text.replace(TOKEN, number)))
-    cluster.objects["Pod"] = [launcher_pod(i) for i in range(0, nodes, 4)]
+    cluster.objects["Pod"] = [launcher_pod(i) for i in range(0, nodes, VM_NODES_EVERY)]
     cluster.objects["GPUClass"] = copy.deepcopy(GPU_CLASSES)
     cluster.objects["KubeVirt"] = [copy.deepcopy(KUBEVIRT)]
     cluster.objects["Catalog"] = [copy.deepcopy(CATALOG)]

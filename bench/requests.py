@@ -21,7 +21,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from bench.cluster import A_KEY, Cluster, node_name
+from bench.cluster import A_KEY, Cluster, node_name, vm_nodes_only
 from functions import pipeline
 from functions.server import run_function
 from functions.views import StructView
@@ -194,6 +194,9 @@ def build_all(cluster: Cluster) -> dict[str, Built]:
     pool = instance_type(POOL, index)
     found["instancetype"] = settled("instancetype", pool, index)
     found["gpuclass"] = settled("gpuclass", gpu_class(cluster), index)
+    found["gpuclass, VM nodes only"] = settled(
+        "gpuclass", gpu_class(cluster), vm_nodes_index(index)
+    )
     classes = index.by_kind[("cozystack.io/v1alpha1", "GPUClass")]
     _, rsp, _ = reconcile("gpuclass", classes[0], {}, index)
     classes[0] = with_status(classes[0], rsp)  # a VM reads its per-VM limit there
@@ -206,6 +209,15 @@ def build_all(cluster: Cluster) -> dict[str, Built]:
     index.cache.clear()
     found["instance (VM)"] = settled("instance", vm_instance(), index)
     found["instance (Container)"] = settled("instance", container_instance(), index)
+    return found
+
+
+def vm_nodes_index(index: Index) -> Index:
+    """The same cluster with virt-handler placed on the VM nodes only (cluster.vm_nodes_only)."""
+    found = copy.copy(index)
+    found.by_kind = dict(index.by_kind)
+    found.by_kind[("v1", "Node")] = vm_nodes_only(index.by_kind[("v1", "Node")])
+    found.cache = {}
     return found
 
 
@@ -235,10 +247,13 @@ def devices_requests(cluster: Cluster) -> dict[str, Built]:
 
 def before(built: Built, cluster: Cluster) -> Built:
     """The final request as 0.1.x was sent it: Devices instead of node summaries; every Node
-    for a VM Instance."""
+    for a VM Instance and for a GPUClass (it did not select the nodes KubeVirt can use)."""
     req = fnv1.RunFunctionRequest.FromString(built.payload)
-    if "gpuclasses" in req.required_resources and "nodes" not in req.required_resources:
+    if built.handler == "gpuclass" or (
+        "gpuclasses" in req.required_resources and "nodes" not in req.required_resources
+    ):
         items = req.required_resources["nodes"].items
+        del items[:]
         for obj in cluster.kind("Node"):
             items.add().resource.update(obj)
         payload = req.SerializeToString()

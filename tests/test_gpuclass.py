@@ -49,6 +49,37 @@ def test_a_toleration_makes_a_tainted_node_eligible(world):
     assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (11, 8, 8)
 
 
+def test_only_nodes_where_virt_handler_runs_count(world):
+    """KubeVirt runs a VMI only where virt-handler's heartbeat labels the node schedulable (every
+    launcher selects it): a node virt-handler does not tolerate, or whose heartbeat stopped,
+    offers nothing, whatever the class tolerates."""
+    tolerate_tenants = [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    world.patch("GPUClass", "example-whole-gpu", {"tolerations": tolerate_tenants})
+    world.patch("KubeVirt", "kubevirt", {"workloads": None}, "cozy-kubevirt")
+    world.reconcile()
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in world.list("Node")}
+    assert labels["gpu-b"]["kubevirt.io/schedulable"] == "false"  # virt-handler left gpu-b
+    status = world.get("GPUClass", "example-whole-gpu")["status"]
+    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (3, 3, 4)
+
+    gpu_a = world.get("Node", "gpu-a")
+    gpu_a["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    world.api.update_status(gpu_a)  # the node stops answering: its heartbeat stops
+    world.reconcile()
+    assert world.get("Node", "gpu-a")["metadata"]["labels"]["kubevirt.io/schedulable"] == "false"
+    status = world.get("GPUClass", "example-whole-gpu")["status"]
+    assert (status["free"], status["maxPerNode"]) == (0, 0)
+
+
+def test_the_class_requires_only_nodes_that_can_run_vmis():
+    from functions.handlers import gpuclass
+    from functions.handlers.base import Request
+
+    offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
+    nodes = gpuclass.requirements(Request.of(offer))["nodes"]
+    assert (nodes.kind, nodes.match_labels) == ("Node", {"kubevirt.io/schedulable": "true"})
+
+
 def test_an_unpermitted_resource_is_reported(world):
     message = conditions(world, "example-byol-vgpu")["ResourceNameNotPermitted"]
     assert message == (
@@ -109,7 +140,7 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
         return {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": {"kubevirt.io/schedulable": "true"}},
             "status": {
                 "allocatable": {"example.com/whole-gpu": units},
                 "conditions": [{"type": "Ready", "status": "True"}],

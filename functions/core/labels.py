@@ -40,6 +40,9 @@ QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # a Pod's LocalQueue
 INSTANCE = "worker.gpustack.ai/instance"  # the Instance a Pod, Service or VMI belongs to
 ALLOCATED = "device.gpustack.ai/accelerator.allocated"  # annotation: what the device plugin gave
 VIRT_LAUNCHER = {"kubevirt.io": "virt-launcher"}  # KubeVirt's launcher Pods
+# virt-handler's heartbeat on a Node: "true" while it runs there and its heartbeat is fresh.
+# KubeVirt puts it in every virt-launcher Pod's nodeSelector: no other node can run a VMI.
+KUBEVIRT_SCHEDULABLE = {"kubevirt.io/schedulable": "true"}
 
 # --- tenants (Cozystack's namespace conventions) -----------------------------------------------
 # A tenant namespace carries `tenant.cozystack.io/<namespace>` for itself and for every ancestor

@@ -1,7 +1,10 @@
 """gpuclass: a GPU offer's availability and health (seed 003), status only.
 
 `status.free` counts free units of the class's device-plugin resource over eligible nodes
-(Ready, not cordoned, no NoSchedule/NoExecute taint the class does not tolerate);
+(KubeVirt can run VMIs there — `kubevirt.io/schedulable: "true"`, which virt-handler's heartbeat
+keeps and every virt-launcher Pod selects — Ready, not cordoned, no NoSchedule/NoExecute taint
+the class does not tolerate); only such Nodes are required, so the request carries the nodes
+that serve VMs, not the whole fleet;
 `status.maxFreePerNode` is the largest of them, and `status.maxPerNode` the most units one eligible
 node advertises (used or not): the per-VM limit of a class without `maxCount`, which VM Instances
 read here rather than requiring every Node themselves. They are observations, not reservations.
@@ -51,7 +54,7 @@ def requirements(request: Request) -> dict[str, Requirement]:
         "catalog": CATALOG,
         "classes": Requirement(apis.GPU_CLASS, "GPUClass"),
         "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
-        "nodes": Requirement(apis.CORE, "Node"),
+        "nodes": Requirement(apis.CORE, "Node", match_labels=labels.KUBEVIRT_SCHEDULABLE),
         "launchers": Requirement(apis.CORE, "Pod", match_labels=labels.VIRT_LAUNCHER),
     }
     secret = request.xr.str("spec", "license", "secretName")
@@ -212,7 +215,11 @@ def units_requested(pod: View, resource: str) -> int:
 
 
 def eligible(node: View, tolerations: list[Mapping[str, Any]]) -> bool:
-    """Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated by the class."""
+    """KubeVirt-schedulable, Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated
+    by the class. (The label is checked here as well as selected: a caller that did not keep
+    to the selector must not have other nodes counted.)"""
+    if not labels.KUBEVIRT_SCHEDULABLE.items() <= node.labels().items():
+        return False
     if condition(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
         return False
     return all(

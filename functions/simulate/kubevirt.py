@@ -5,6 +5,14 @@ advertise them on the node), carries the VMI's node selector and tolerations, an
 the scheduler; the VMI is Scheduling until its launcher runs, then Running and Ready. A
 launcher goes with its VMI.
 
+virt-handler, KubeVirt's DaemonSet, runs on every node its placement admits — the KubeVirt CR's
+`spec.workloads.nodePlacement` (nodeSelector, affinity, tolerations) beside the tolerations the
+DaemonSet controller gives every daemon Pod — and its heartbeat labels the node
+`kubevirt.io/schedulable: "true"`; virt-controller sets it "false" when the heartbeat stops (the
+node is not Ready). KubeVirt puts `kubevirt.io/schedulable: "true"` in every launcher's
+nodeSelector, so a VMI runs only where virt-handler does. Without a KubeVirt CR nothing is
+installed, and no node is labelled.
+
 A VMI has one launcher in its life (KubeVirt's VMI lifecycle): once its launcher has run, losing
 it — evicted, deleted, its node gone — or the launcher failing ends the VMI in phase Failed, and
 a VMI in a final phase (Failed, Succeeded) is never started again: whoever owns it makes a new
@@ -28,6 +36,18 @@ from functions.simulate.client import Client
 from functions.simulate.validation import json_equal
 
 LAUNCHER_LABEL = {"kubevirt.io": "virt-launcher"}
+SCHEDULABLE = "kubevirt.io/schedulable"  # virt-handler's heartbeat label (KubeVirt's v1 API)
+# What the DaemonSet controller adds to every daemon Pod (Kubernetes' DaemonSet docs, "Taints
+# and tolerations"), and the toleration virt-handler's own DaemonSet carries.
+DAEMON_TOLERATIONS = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/memory-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+)
 CREATED_BY = "kubevirt.io/created-by"
 VMI_UPDATE_VALIDATOR = "virtualmachineinstances-update-validator.kubevirt.io"
 VMI_UPDATE_RESTRICTED = "update of VMI object is restricted"  # virt-api's words
@@ -42,6 +62,7 @@ class KubeVirt:
         )
 
     def run(self) -> None:
+        self.heartbeat()
         vmis = {
             (v["metadata"]["namespace"], v["metadata"]["name"]): v
             for v in self.api.list("VirtualMachineInstance")
@@ -61,6 +82,20 @@ class KubeVirt:
             if launcher is None:
                 self.api.apply(launcher_of(vmi))
             self.report(vmi, launcher)
+
+    def heartbeat(self) -> None:
+        """virt-handler's label on each node, and virt-controller's once its heartbeat stops."""
+        installed = self.api.list("KubeVirt")
+        if not installed:
+            return
+        workloads = (installed[0].get("spec") or {}).get("workloads") or {}
+        placement = workloads.get("nodePlacement") or {}
+        for node in self.api.list("Node"):
+            current = kube.labels_of(node).get(SCHEDULABLE)
+            wanted = schedulable(node, placement, current)
+            if wanted != current:
+                patch = {"metadata": {"labels": {SCHEDULABLE: wanted}}}
+                self.api.merge_patch("Node", node["metadata"]["name"], patch)
 
     def end(self, vmi: dict[str, Any], phase: str, message: str) -> None:
         vmi["status"] = {
@@ -93,6 +128,25 @@ class KubeVirt:
 
 
 FINAL = ("Failed", "Succeeded")
+
+
+def handler_runs_on(node: Mapping[str, Any], placement: Mapping[str, Any]) -> bool:
+    """Does virt-handler's DaemonSet place a Pod on this node?"""
+    selection = {key: placement[key] for key in ("nodeSelector", "affinity") if key in placement}
+    if not kube.selects(selection, kube.labels_of(node)):
+        return False
+    tolerations = [*DAEMON_TOLERATIONS, *(placement.get("tolerations") or [])]
+    return not kube.untolerated(tolerations, (node.get("spec") or {}).get("taints") or [])
+
+
+def schedulable(
+    node: Mapping[str, Any], placement: Mapping[str, Any], current: str | None
+) -> str | None:
+    """The label's value: "true" while virt-handler runs there and the node is Ready; "false"
+    once its heartbeat stops (or virt-handler no longer runs there); absent where it never ran."""
+    if handler_runs_on(node, placement) and kube.condition_status(node, "Ready") == "True":
+        return "true"
+    return "false" if current is not None or handler_runs_on(node, placement) else None
 
 
 def admit_vmi_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
@@ -150,9 +204,10 @@ def launcher_of(vmi: dict[str, Any]) -> dict[str, Any]:
             }
         ]
     }
-    for field in ("nodeSelector", "tolerations", "affinity"):
+    for field in ("tolerations", "affinity"):
         if field in spec:
             pod_spec[field] = spec[field]
+    pod_spec["nodeSelector"] = {SCHEDULABLE: "true", **(spec.get("nodeSelector") or {})}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
