@@ -95,11 +95,18 @@ class StructView(View):
         return _unwrap(found) if found is not None else None
 
     def get(self, *path: str, default: Any = None) -> Any:
-        if len(path) == 1:  # the common case, without the walk: this is the hot path
-            found = self.fields.get(path[0])
-            node = _unwrap(found) if found is not None else None
-            return default if node is None else node
-        return super().get(*path, default=default)
+        # The hot path: walk the Struct's own maps, wrapping only the value asked for.
+        if not path:
+            return self
+        fields = self.fields
+        for key in path[:-1]:
+            found = fields.get(key)
+            if found is None or found.WhichOneof("kind") != "struct_value":
+                return default
+            fields = found.struct_value.fields
+        found = fields.get(path[-1])
+        node = _unwrap(found) if found is not None else None
+        return default if node is None else node
 
     def keys(self) -> list[str]:
         return list(self.fields.keys())
