@@ -171,3 +171,26 @@ def test_serve_takes_the_worker_and_grace_period_flags():
     result = CliRunner().invoke(main, ["serve", "--help"])
     assert "--workers" in result.output and "--grace-period" in result.output
     assert "[default: 4;" in result.output and "[default: 30.0;" in result.output
+
+
+def test_a_small_request_is_answered_while_every_worker_is_busy():
+    """Requests of at most INLINE_MAX_BYTES are handled on the server's loop: with its only
+    worker stopped in the middle of a pool's request, an Instance-sized one is still answered,
+    and the pool's is answered once the worker resumes."""
+    from functions.server import INLINE_MAX_BYTES
+    from tests.support import load
+
+    pool, small = load.pool_request(200), load.small_request()
+    assert small.ByteSize() <= INLINE_MAX_BYTES < pool.ByteSize()
+    with load.server_process("--insecure", "--workers", "1") as (process, address):
+        with grpc.insecure_channel(address) as channel:
+            wait_ready(channel)
+            stub = grpcv1.FunctionRunnerServiceStub(channel)
+            with load.paused(load.descendants(process.pid)):
+                waiting = stub.RunFunction.future(pool, timeout=60)
+                answer = stub.RunFunction(small, timeout=30)
+                assert not waiting.done()  # its worker is stopped
+            assert answer.meta.tag == small.meta.tag
+            assert waiting.result(timeout=60).meta.tag == pool.meta.tag
+        process.terminate()
+        process.communicate(timeout=60)
