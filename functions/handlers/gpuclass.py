@@ -218,7 +218,8 @@ def eligible(node: View, tolerations: list[Mapping[str, Any]]) -> bool:
     """KubeVirt-schedulable, Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated
     by the class. (The label is checked here as well as selected: a caller that did not keep
     to the selector must not have other nodes counted.)"""
-    if not labels.KUBEVIRT_SCHEDULABLE.items() <= node.labels().items():
+    node_labels = node.view("metadata", "labels")  # one label read each, not every label
+    if any(node_labels.get(key) != value for key, value in labels.KUBEVIRT_SCHEDULABLE.items()):
         return False
     if condition(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
         return False
