@@ -147,7 +147,9 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
             },
         }
 
-    nodes = [node("gpu-a", "4"), node("gpu-b", "four")]
+    # 1e400: found by `make soak`'s fuzzing; a status number is a double, and this one
+    # overflowed it, failing the whole reconcile.
+    nodes = [node("gpu-a", "4"), node("gpu-b", "four"), node("gpu-c", "1e400")]
     desired = gpuclass.compose(Request.of(offer, required={"nodes": nodes}))
     assert (desired.status["free"], desired.status["maxFreePerNode"]) == (4, 4)
     assert desired.status["maxPerNode"] == 4
@@ -156,5 +158,10 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
             "WARNING",
             "Node gpu-b: status.allocatable['example.com/whole-gpu']: 'four' is not a quantity "
             "(expected e.g. 8, 500m, 64Gi); the node is left out of this class's free units",
-        )
+        ),
+        (
+            "WARNING",
+            "Node gpu-c: status.allocatable['example.com/whole-gpu']: '1e400' is more devices "
+            "than a node can advertise; the node is left out of this class's free units",
+        ),
     ]

@@ -34,6 +34,9 @@ _QUANTITY = re.compile(
 
 GIB = 1024**3
 MIB = 1024**2
+# The largest device count a node advertises that a status can carry: the kubelet counts
+# devices in an int64, and a Struct holds numbers as doubles, exact up to 2**53.
+LARGEST_COUNT = 2**53
 
 
 class QuantityError(ValueError):
@@ -104,6 +107,15 @@ def ceil(value: Fraction) -> int:
 
 def floor(value: Fraction) -> int:
     return value.numerator // value.denominator
+
+
+def device_count(value: Any) -> int:
+    """A node's advertised count of a device resource, as a whole number; QuantityError when it
+    is not a quantity or is more than any node advertises (LARGEST_COUNT)."""
+    total = floor(parse(value))
+    if total > LARGEST_COUNT:
+        raise QuantityError(f"{value!r} is more devices than a node can advertise")
+    return total
 
 
 def count(value: Any) -> int:

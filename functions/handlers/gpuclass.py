@@ -188,7 +188,7 @@ def node_units(request: Request, spec: View, resource: str, desired: Desired) ->
         if allocatable is None:
             continue
         try:
-            total = quantity.floor(quantity.parse(allocatable))
+            total = quantity.device_count(allocatable)
         except QuantityError as error:
             desired.warning(
                 f"Node {node.name}: status.allocatable[{resource!r}]: {error}; "
