@@ -72,6 +72,11 @@ def format_decimal(value: int | Fraction) -> str:
         return "0"
     sign = "-" if value < 0 else ""
     value = abs(value)
+    if value.denominator == 1:  # the common case, in integers: strip thousands up to exa
+        number, exponent = value.numerator, 0
+        while exponent < 18 and number % 1000 == 0:
+            number, exponent = number // 1000, exponent + 3
+        return f"{sign}{number}{_DECIMAL_BY_EXPONENT[exponent]}"
     # Below one, Kubernetes rounds up to the smallest representable unit (nano).
     for exponent in (18, 15, 12, 9, 6, 3, 0, -3, -6, -9):
         mantissa = value / Fraction(10) ** exponent

@@ -67,6 +67,7 @@ class Request:
         # The caller fetched each namespaced requirement from its namespace only (Crossplane
         # 2.2+): `required_objects` need not be filtered again.
         self.namespaces_kept = namespaces_kept
+        self._views: dict[str, list[View]] = {}  # required(name), built once per request
 
     @classmethod
     def of(
@@ -112,11 +113,13 @@ class Request:
     def required(self, name: str) -> list[View] | None:
         if name not in self._required or self._required[name] is None:
             return None
-        items = [view_of(item) for item in self._required[name] or ()]
-        requirement = self.requirements.get(name)
-        if requirement is not None and requirement.namespace:
-            items = [item for item in items if item.namespace == requirement.namespace]
-        return sorted(items, key=lambda view: (view.namespace, view.name))
+        if name not in self._views:
+            items = [view_of(item) for item in self._required[name] or ()]
+            requirement = self.requirements.get(name)
+            if requirement is not None and requirement.namespace:
+                items = [item for item in items if item.namespace == requirement.namespace]
+            self._views[name] = sorted(items, key=lambda view: (view.namespace, view.name))
+        return list(self._views[name])
 
     def required_objects(self, name: str) -> Sequence[Any] | None:
         """The required objects as given (Structs or dicts): unwrapped, unsorted, and not kept

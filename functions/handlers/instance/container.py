@@ -22,7 +22,7 @@ from functions.handlers.instance.outcome import (
     refused,
 )
 from functions.handlers.instance.pod import PodInputs, render_pod, render_service
-from functions.views import View
+from functions.views import View, plain
 
 # The RuntimeClass each manufacturer's container toolkit installs (T-Head's needs none).
 RUNTIME_CLASSES = {
@@ -102,8 +102,9 @@ def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:
     if observed_main is not None and observed_main.has("resources"):
         pod["spec"]["containers"][0]["resources"] = observed_main.view("resources").to_dict()
     for field in ("nodeSelector", "affinity", "runtimeClassName"):
-        if observed.has("spec", field):
-            pod["spec"][field] = observed.view("spec").to_dict()[field]
+        kept = observed.get("spec", field)
+        if kept is not None:
+            pod["spec"][field] = plain(kept)
         else:
             pod["spec"].pop(field, None)
 

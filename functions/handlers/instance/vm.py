@@ -45,7 +45,7 @@ from functions.handlers.instance.outcome import (
     refused,
     started,
 )
-from functions.views import View
+from functions.views import View, plain
 
 LICENSE_DISK = "gpulicense"
 LICENSE_SERIAL = "GPULICENSE"
@@ -395,10 +395,9 @@ def changed_parts(wanted: Mapping[str, Any] | None, observed: View | None) -> li
     the observed object are not differences)."""
     if wanted is None or observed is None:
         return []
-    have = observed.view("spec").to_dict()
     found = []
     for path, part in VMI_PARTS.items():
-        if not covers(_at(have, path), _at(wanted["spec"], path)):
+        if not covers(plain(observed.get("spec", *path)), _at(wanted["spec"], path)):
             found.append(part)
     return found
 
