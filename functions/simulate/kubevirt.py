@@ -144,9 +144,10 @@ def schedulable(
 ) -> str | None:
     """The label's value: "true" while virt-handler runs there and the node is Ready; "false"
     once its heartbeat stops (or virt-handler no longer runs there); absent where it never ran."""
-    if handler_runs_on(node, placement) and kube.condition_status(node, "Ready") == "True":
+    runs = handler_runs_on(node, placement)
+    if runs and kube.condition_status(node, "Ready") == "True":
         return "true"
-    return "false" if current is not None or handler_runs_on(node, placement) else None
+    return "false" if runs or current is not None else None
 
 
 def admit_vmi_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
