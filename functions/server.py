@@ -9,13 +9,11 @@ Every request is counted in `RunFunction` (functions/metrics.py): the handler th
 names, latency, request bytes, and the Fatal results and refusals its response carries. With
 `--metrics-address` (env `METRICS_ADDRESS`; off by default) they are served at `/metrics`.
 
-Requests are parsed and handled by `--workers` worker processes (env `WORKERS`), so a small
-request is answered while a large one is being handled: for those the loop only moves bytes.
-A small request (at most `INLINE_MAX_BYTES`: an Instance, a Devices) is handled on the loop
-itself when it is the only call in flight, or when every worker is busy: its work takes about a
-millisecond, less than the hop to a worker, and it never waits behind a large one. Under a load
-of small calls the workers share them, in parallel (see `Workers`; docs/reliability.md has the
-figures).
+Requests over `INLINE_MAX_BYTES` are parsed and handled by `--workers` worker processes (env
+`WORKERS`), never on the event loop, so a small request is answered while a large one is being
+handled: for those the loop only moves bytes. A small request (an Instance, a Devices) is handled
+on the loop itself: its work takes about a millisecond, less than the hop to a worker would
+(see `Workers`; docs/reliability.md has the figures).
 
 SIGTERM (or SIGINT) drains the server: health turns NOT_SERVING at once, new calls are refused
 with UNAVAILABLE (Crossplane retries them, on another replica if there is one), the calls in
@@ -53,9 +51,9 @@ INPUT_API_VERSION = "fn.gpustack.ai/v1beta1"
 INPUT_KIND = "Input"
 DEFAULT_MAX_RECV_MESSAGE_MB = 64  # a pool's request carries every Devices object of the pool
 DEFAULT_WORKERS = 4
-# A request this small may be handled on the event loop: the hop to a worker process and back
-# costs more than its parse, handling and serialisation (about 1 ms at 20 KiB), so it stalls the
-# loop less than it would wait. A pool's request is far larger (1.5 MiB at 1,000 nodes).
+# A request this small is handled on the event loop: the hop to a worker process and back costs
+# more than its parse, handling and serialisation (about 1 ms at 20 KiB), so it stalls the loop
+# less than it waits. A pool's request is far larger (1.5 MiB at 1,000 nodes).
 INLINE_MAX_BYTES = 64 * 1024
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds; none is set
 DRAINING = "draining: this replica is shutting down; retry on another"
@@ -78,7 +76,6 @@ class Workers:
 
     def __init__(self, count: int = DEFAULT_WORKERS, debug: bool = False):
         self.count, self.debug = count, debug
-        self.running = 0  # calls handed to the workers and not answered yet
         self.pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
@@ -88,21 +85,16 @@ class Workers:
             self.count, mp_context=context, initializer=_worker_started, initargs=(self.debug,)
         )
 
-    async def run(self, payload: bytes, alone: bool = False) -> tuple[bytes, bytes, str]:
-        """The call's answer. A small one is handled here, on the loop, when it is `alone` (the
-        only call in flight) or would otherwise wait for a worker; the rest go to the workers."""
-        if len(payload) <= INLINE_MAX_BYTES and (alone or self.running >= self.count):
+    async def run(self, payload: bytes) -> tuple[bytes, bytes, str]:
+        if len(payload) <= INLINE_MAX_BYTES:
             return serve_bytes(payload)
         pool = self.pool
-        self.running += 1
         try:
             return await asyncio.get_running_loop().run_in_executor(pool, serve_bytes, payload)
         except BrokenProcessPool:
             if self.pool is pool:
                 self.pool = self._start()
             raise
-        finally:
-            self.running -= 1
 
     def warm(self) -> None:
         """Start every worker now, rather than on the first calls."""
@@ -158,7 +150,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         self.in_flight += 1
         started = time.perf_counter()
         try:
-            answer, told, handler = await self.workers.run(payload, alone=self.in_flight == 1)
+            answer, told, handler = await self.workers.run(payload)
         except DecodeError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unreadable request: {error}")
         except BrokenProcessPool:
