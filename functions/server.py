@@ -86,6 +86,8 @@ class Workers:
         )
 
     async def run(self, payload: bytes) -> tuple[bytes, bytes, str]:
+        """The call's answer: a small request is handled here, on the loop (it never waits
+        behind a large one, nor for a free worker); the rest by a worker."""
         if len(payload) <= INLINE_MAX_BYTES:
             return serve_bytes(payload)
         pool = self.pool
