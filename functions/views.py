@@ -157,6 +157,26 @@ class ListView:
     def views(self) -> Iterator[View]:
         return (item for item in self if isinstance(item, View))
 
+    def find(self, key: str, text: str) -> View | None:
+        """The first object whose `key` is the string `text` (a condition by its type, say),
+        compared without wrapping the others."""
+        if self._unwrap is not _unwrap:  # a plain list
+            found = next(
+                (v for v in self._values if isinstance(v, Mapping) and v.get(key) == text), None
+            )
+            return DictView(found) if found is not None else None
+        for value in self._values:
+            if value.WhichOneof("kind") == "struct_value":
+                struct = value.struct_value
+                held = struct.fields.get(key)
+                if (
+                    held is not None
+                    and held.WhichOneof("kind") == "string_value"
+                    and held.string_value == text
+                ):
+                    return StructView(struct)
+        return None
+
     def to_list(self) -> list[Any]:
         return [_data(value) for value in self]
 

@@ -18,6 +18,10 @@ from functions.core import quantity
         (72, "72"),
         (Fraction(4, 5), "800m"),
         (Fraction(1, 10), "100m"),
+        (Fraction(3, 2), "1500m"),
+        (-2000, "-2k"),
+        (10**21, "1000E"),
+        (Fraction(1, 3), "333333334n"),
     ],
 )
 def test_decimal_canonical_form(value, text):
@@ -74,3 +78,19 @@ def test_round_trip(text):
     value = quantity.parse(text)
     binary = text.endswith(tuple(quantity.BINARY_SUFFIXES))
     assert (quantity.format_binary if binary else quantity.format_decimal)(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "count"), [("8", 8), (8, 8), ("08", 8), ("1k", 1000), ("2.5", 2)]
+)
+def test_a_device_count_is_a_whole_number(value, count):
+    assert quantity.device_count(value) == count
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("four", "is not a quantity"), ("1e400", "more devices than a node can advertise")],
+)
+def test_a_device_count_no_node_can_advertise_is_refused(value, problem):
+    with pytest.raises(quantity.QuantityError, match=problem):
+        quantity.device_count(value)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from google.protobuf import struct_pb2
 
 from functions.core.modes import Claim, Mode
 from functions.core.quantity import GIB
@@ -23,7 +24,7 @@ from functions.handlers.base import Request
 from functions.handlers.instance import compose, pin
 from functions.handlers.instance.container import pod_phase
 from functions.handlers.instance.pod import PodInputs, render_pod
-from functions.views import DictView
+from functions.views import DictView, view_of
 from tests.test_status import FIXTURES
 
 # --- a Pod's phase, mirrored into the Instance (reference §1.4) --------------------------------
@@ -395,6 +396,27 @@ READINESS = [
 def test_readiness_is_one_table_by_kind(case):
     observed = DictView(case.observed) if case.observed is not None else None
     assert readiness.of(case.obj, observed) is case.ready
+
+
+NODE_CONDITIONS = [
+    {"type": "MemoryPressure", "status": "False"},
+    {"type": 7, "status": "True"},  # not a string: never a match
+    "not an object",
+    {"type": "Ready", "status": "True"},
+    {"type": "Ready", "status": "False"},  # a repeat: the first counts
+]
+
+
+@pytest.mark.parametrize("as_struct", [False, True], ids=["dict", "Struct"])
+def test_a_condition_is_found_by_its_type_in_dicts_and_structs_alike(as_struct):
+    node = {"status": {"conditions": NODE_CONDITIONS}}
+    struct = struct_pb2.Struct()
+    struct.update(node)
+    found = view_of(struct) if as_struct else DictView(node)
+    assert readiness.condition(found, "Ready") == "True"
+    assert readiness.condition(found, "DiskPressure") == "Unknown"
+    assert readiness.condition(DictView({}), "Ready") == "Unknown"
+    assert readiness.condition(None, "Ready") == "Unknown"
 
 
 # --- the Catalog's settings -------------------------------------------------------------------------

@@ -117,7 +117,9 @@ def floor(value: Fraction) -> int:
 def device_count(value: Any) -> int:
     """A node's advertised count of a device resource, as a whole number; QuantityError when it
     is not a quantity or is more than any node advertises (LARGEST_COUNT)."""
-    total = floor(parse(value))
+    # A count is nearly always a plain number ("8"): read it without a Fraction.
+    plain = isinstance(value, str) and value.isascii() and value.isdigit()
+    total = int(value) if plain else floor(parse(value))
     if total > LARGEST_COUNT:
         raise QuantityError(f"{value!r} is more devices than a node can advertise")
     return total

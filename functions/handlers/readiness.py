@@ -18,12 +18,8 @@ Rule = Callable[[View | None], bool]
 
 def condition(obj: View | None, type_: str) -> str:
     """`True`, `False` or `Unknown` for a condition of an observed object."""
-    if obj is None:
-        return "Unknown"
-    for found in obj.list("status", "conditions").views():
-        if found.str("type") == type_:
-            return found.str("status") or "Unknown"
-    return "Unknown"
+    found = obj.list("status", "conditions").find("type", type_) if obj is not None else None
+    return (found.str("status") or "Unknown") if found is not None else "Unknown"
 
 
 def _always(observed: View | None) -> bool:
