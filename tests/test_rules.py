@@ -436,7 +436,7 @@ def test_settings_keep_their_defaults_and_refuse_a_wrong_type_by_field():
 
 
 def test_an_unreadable_node_summary_is_skipped_and_named_while_the_pool_composes():
-    from tests.test_scale import summary_of
+    from tests.test_scale import pool_type, summary_of
 
     good = summary_of(yaml.safe_load((FIXTURES / "devices-node-a10g-0.1.0.yaml").read_text()))
     broken = copy.deepcopy(good)
@@ -446,20 +446,8 @@ def test_an_unreadable_node_summary_is_skipped_and_named_while_the_pool_composes
         .replace('"node":"node-a10g"', '"node":"node-a10g-2"')
         .replace("[1,1,0", '[1,1,"many"')
     )
-    pool = {
-        "apiVersion": "worker.gpustack.ai/v1alpha1",
-        "kind": "InstanceType",
-        "metadata": {"name": "gpustack--nvidia-a10g-linux-amd64"},
-        "spec": {
-            "acceleratable": True,
-            "acceleratorGroup": "nvidia-a10g",
-            "os": "linux",
-            "arch": "amd64",
-            "unitResources": {"cpu": "8", "ram": "64Gi"},
-        },
-    }
     request = Request.of(
-        pool, required={"catalog": [], "summaries": [good, broken], "namespaces": []}
+        pool_type(), required={"catalog": [], "summaries": [good, broken], "namespaces": []}
     )
     desired = instancetype.compose(request)
     assert [(r.severity.value, r.reason, r.message) for r in desired.results] == [
