@@ -25,6 +25,7 @@ cancelled, before the kubelet's SIGKILL would.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import multiprocessing
 import signal
 import time
@@ -92,7 +93,7 @@ class Workers:
             return serve_bytes(payload)
         pool = self.pool
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, serve_bytes, payload)
+            return await asyncio.get_running_loop().run_in_executor(pool, serve_in_worker, payload)
         except BrokenProcessPool:
             if self.pool is pool:
                 self.pool = self._start()
@@ -119,6 +120,27 @@ def _worker_started(debug: bool) -> None:
 
 def _ready() -> bool:
     return True
+
+
+def serve_in_worker(payload: bytes) -> tuple[bytes, bytes, str]:
+    """`serve_bytes`, then the memory the request took handed back to the system.
+
+    A pool's request parses to about three times its size (95 MiB for 20,000 nodes' 30 MiB),
+    and the C allocator keeps what is freed for reuse: without the trim each worker stays at
+    its largest request's peak while idle, four workers at once (bench/results.md)."""
+    answer = serve_bytes(payload)
+    release_freed_memory()
+    return answer
+
+
+# glibc's: a few ms after a 20,000-node request. None where the C library has none (musl, macOS).
+MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)
+
+
+def release_freed_memory() -> None:
+    """Return the C heap's free pages to the system, where the C library can."""
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
 
 
 def serve_bytes(payload: bytes) -> tuple[bytes, bytes, str]:

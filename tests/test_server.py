@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -10,6 +12,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.support import load
 from tests.support.grpc_server import function_server, throwaway_pki, wait_ready
 
 VALID = "instancetypeflavor"
@@ -194,3 +197,45 @@ def test_a_small_request_is_answered_while_every_worker_is_busy():
             assert waiting.result(timeout=60).meta.tag == pool.meta.tag
         process.terminate()
         process.communicate(timeout=60)
+
+
+def _memory_mib(pid: int) -> tuple[float, float]:
+    """A process's resident memory now and at its peak, in MiB, from /proc."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    status = dict(line.split(":", 1) for line in lines)
+    now, peak = (int(status[key].split()[0]) / 1024 for key in ("VmRSS", "VmHWM"))
+    return now, peak
+
+
+def test_an_idle_worker_hands_back_what_a_large_request_took():
+    """A pool's request parses to several times its size and the worker keeps each parsed
+    summary: without handing freed pages back, a worker stays at its largest request's peak
+    while idle (and the pod holds that once per worker)."""
+    from functions.server import MALLOC_TRIM
+
+    if MALLOC_TRIM is None:
+        pytest.skip("this C library cannot hand freed memory back (no malloc_trim)")
+    pool = load.pool_request(load.nodes_for(24))
+    with load.server_process("--insecure", "--workers", "1") as (process, address):
+        with grpc.insecure_channel(address) as channel:
+            wait_ready(channel)
+            (worker,) = _workers(process.pid)
+            before, _ = _memory_mib(worker)
+            stub = grpcv1.FunctionRunnerServiceStub(channel)
+            assert stub.RunFunction(pool, timeout=120).meta.tag == pool.meta.tag
+            idle, peak = _memory_mib(worker)
+        process.terminate()
+        process.communicate(timeout=60)
+    took = peak - before
+    assert took > 48  # the request was handled in this worker
+    assert idle - before < took / 2, f"idle {idle:.0f} MiB, before {before:.0f}, peak {peak:.0f}"
+
+
+def _workers(server: int) -> list[int]:
+    """The server's workers: forked by its forkserver, so not the server's own children."""
+    below = load.descendants(server)
+    return [pid for pid in below if _parent(pid) in below]
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
