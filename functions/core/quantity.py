@@ -114,12 +114,18 @@ def floor(value: Fraction) -> int:
     return value.numerator // value.denominator
 
 
+def whole(value: Any) -> int:
+    """A quantity rounded down to a whole number (`1500m` → 1); QuantityError if it is none."""
+    # A count is nearly always a plain number ("8"): read it without a Fraction.
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return floor(parse(value))
+
+
 def device_count(value: Any) -> int:
     """A node's advertised count of a device resource, as a whole number; QuantityError when it
     is not a quantity or is more than any node advertises (LARGEST_COUNT)."""
-    # A count is nearly always a plain number ("8"): read it without a Fraction.
-    plain = isinstance(value, str) and value.isascii() and value.isdigit()
-    total = int(value) if plain else floor(parse(value))
+    total = whole(value)
     if total > LARGEST_COUNT:
         raise QuantityError(f"{value!r} is more devices than a node can advertise")
     return total
@@ -129,6 +135,6 @@ def count(value: Any) -> int:
     """A resource key's value as a whole count (`320k` → 320000); 0 when it is not a quantity:
     a key no one can read asks for nothing."""
     try:
-        return floor(parse(value))
+        return whole(value)
     except (QuantityError, TypeError):
         return 0

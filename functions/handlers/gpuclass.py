@@ -40,7 +40,7 @@ from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, catalog_settings
 from functions.handlers.readiness import condition
-from functions.views import View
+from functions.views import View, view_of
 
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 FEATURE_TYPES = (1, 4)  # license.featureType: NVIDIA vGPU (1) or Virtual Compute Server (4)
@@ -173,44 +173,53 @@ class NodeUnits:
 
 def node_units(request: Request, spec: View, resource: str, desired: Desired) -> list[NodeUnits]:
     """Units of `resource` on each eligible node that advertises it; a node whose allocatable
-    cannot be read is left out and named in a Warning."""
+    cannot be read is left out and named in a Warning.
+
+    Nodes are read in the order they came (sums do not depend on it; only the Warnings are
+    sorted), and a node that does not advertise the resource is passed over before anything
+    else of it is read: a class's request carries thousands of Nodes."""
     tolerations = list(spec.list("tolerations").views())
-    used: dict[str, int] = {}
-    for pod in request.required("launchers") or []:
-        node = pod.str("spec", "nodeName")
-        if node and pod.str("status", "phase") not in ("Succeeded", "Failed"):
-            used[node] = used.get(node, 0) + units_requested(pod, resource)
-    found = []
-    for node in request.required("nodes") or []:
-        if not eligible(node, tolerations):
-            continue
+    used = units_in_use(request, resource)
+    found, unreadable = [], []
+    for node in map(view_of, request.required_objects("nodes") or ()):
         allocatable = node.get("status", "allocatable", resource)
-        if allocatable is None:
+        if allocatable is None or not eligible(node, tolerations):
             continue
         try:
             total = quantity.device_count(allocatable)
         except QuantityError as error:
-            desired.warning(
-                f"Node {node.name}: status.allocatable[{resource!r}]: {error}; "
-                "the node is left out of this class's free units",
-                reasons.UNREADABLE_OBJECT,
-            )
+            unreadable.append((node.name, str(error)))
             continue
         found.append(NodeUnits(total, max(0, total - used.get(node.name, 0))))
+    for name, error in sorted(unreadable):
+        desired.warning(
+            f"Node {name}: status.allocatable[{resource!r}]: {error}; "
+            "the node is left out of this class's free units",
+            reasons.UNREADABLE_OBJECT,
+        )
     return found
 
 
+def units_in_use(request: Request, resource: str) -> dict[str, int]:
+    """Units of `resource` the virt-launcher Pods still running hold, by node."""
+    used: dict[str, int] = {}
+    for pod in map(view_of, request.required_objects("launchers") or ()):
+        node = pod.str("spec", "nodeName")
+        if node and pod.str("status", "phase") not in ("Succeeded", "Failed"):
+            used[node] = used.get(node, 0) + units_requested(pod, resource)
+    return used
+
+
 def units_requested(pod: View, resource: str) -> int:
+    """Units of `resource` a Pod's containers ask for (limits, else requests); a value that
+    is not a quantity asks for none."""
     total = 0
     for container in pod.list("spec", "containers").views():
         value = container.get("resources", "limits", resource) or container.get(
             "resources", "requests", resource
         )
         if value is not None:
-            try:
-                total += quantity.floor(quantity.parse(value))
-            except QuantityError:
-                continue
+            total += quantity.count(value)
     return total
 
 
@@ -218,8 +227,10 @@ def eligible(node: View, tolerations: list[Mapping[str, Any]]) -> bool:
     """KubeVirt-schedulable, Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated
     by the class. (The label is checked here as well as selected: a caller that did not keep
     to the selector must not have other nodes counted.)"""
-    node_labels = node.view("metadata", "labels")  # one label read each, not every label
-    if any(node_labels.get(key) != value for key, value in labels.KUBEVIRT_SCHEDULABLE.items()):
+    if any(
+        node.get("metadata", "labels", key) != value  # one label read, not every label
+        for key, value in labels.KUBEVIRT_SCHEDULABLE.items()
+    ):
         return False
     if condition(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
         return False
