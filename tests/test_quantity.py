@@ -94,3 +94,18 @@ def test_a_device_count_is_a_whole_number(value, count):
 def test_a_device_count_no_node_can_advertise_is_refused(value, problem):
     with pytest.raises(quantity.QuantityError, match=problem):
         quantity.device_count(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "whole"),
+    [("8", 8), ("0", 0), ("1500m", 1), ("500m", 0), ("2k", 2000), ("1Ki", 1024), (3, 3)],
+)
+def test_whole_rounds_a_quantity_down_and_reads_plain_counts_alike(value, whole):
+    assert quantity.whole(value) == whole
+    assert quantity.count(value) == whole
+
+
+def test_a_launcher_asking_for_no_quantity_asks_for_nothing():
+    with pytest.raises(quantity.QuantityError):
+        quantity.whole("two")
+    assert quantity.count("two") == 0
