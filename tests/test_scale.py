@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf import struct_pb2
 
 from functions import pipeline, views
 from functions.core import names
 from functions.core.devices import parse_spec
 from functions.core.ledger import build_ledger
-from functions.core.pools import summarize_devices
+from functions.core.pools import NodeSummary, summarize_devices
 from functions.core.status import StatusError
 from functions.core.status import summary as node_summary
 from functions.handlers import catalog, devices, inputs, instancetype
@@ -267,6 +268,60 @@ def test_two_summaries_of_one_node_count_once_and_the_second_is_named(walkthroug
     assert [r.message for r in desired.results] == [
         "ConfigMap gpustack-system/zz-node-a10g-copy: data.summary: repeats node node-a10g; it "
         "is left out until it is fixed"
+    ]
+
+
+def test_summaries_from_protobuf_read_as_from_plain_data(walkthrough):
+    """Crossplane sends Structs, read a whole request at a time: the same nodes come out, and
+    the same unreadable or repeated ConfigMaps are named the same way as from plain data."""
+    good = [summary_of(doc) for doc in walkthrough.values()]
+
+    def broken(name: str, data: Any) -> dict:
+        found = copy.deepcopy(good[1])
+        found["metadata"]["name"] = name
+        if data is None:
+            del found["data"]
+        else:
+            found["data"] = data
+        return found
+
+    repeat = copy.deepcopy(good[0])
+    repeat["metadata"]["name"] = "a-copy"  # sorts first: it counts, and the original is named
+    objects = [
+        *good,
+        repeat,
+        broken("a-number", {"summary": 3}),
+        broken("empty", {"summary": ""}),
+        broken("no-summary", {"facts": "{}"}),
+        broken("no-data", None),
+        broken("data-text", "x"),
+        broken("not-json", {"summary": "{"}),
+    ]
+
+    def read(given: list[Any]) -> tuple[list[NodeSummary], list[str], list[Any]]:
+        desired = Desired()
+        nodes = inputs.node_summaries(pool_request(given), desired)
+        return nodes, [r.message for r in desired.results], desired.conditions
+
+    as_structs = []
+    for obj in objects:
+        found = struct_pb2.Struct()
+        found.update(obj)
+        as_structs.append(found)
+    nodes, messages, conditions = read(as_structs)
+    assert (nodes, messages, conditions) == read(objects)
+    assert [n.node for n in nodes] == sorted(walkthrough)
+    assert [m.split(";")[0] for m in messages] == [
+        "ConfigMap gpustack-system/a-number: data.summary: must be a string",
+        "ConfigMap gpustack-system/data-text: data.summary: is missing",
+        "ConfigMap gpustack-system/empty: data.summary: is not JSON: Expecting value: line 1 "
+        "column 1 (char 0)",
+        "ConfigMap gpustack-system/no-data: data.summary: is missing",
+        "ConfigMap gpustack-system/no-summary: data.summary: is missing",
+        f"ConfigMap gpustack-system/{good[0]['metadata']['name']}: data.summary: repeats node "
+        f"{next(iter(walkthrough))}",
+        "ConfigMap gpustack-system/not-json: data.summary: is not JSON: Expecting property name "
+        "enclosed in double quotes: line 1 column 2 (char 1)",
     ]
 
 

@@ -7,12 +7,22 @@ awareness (§5). SH figures use the card-count reading (DESIGN §4): `1/10`, not
 
 from __future__ import annotations
 
-from functions.core import labels, names
-from functions.core.catalog import Cluster, Settings, derived_instance_type_spec, unit_display
+from dataclasses import replace
+
+import pytest
+
+from functions.core import labels, names, pools
+from functions.core.catalog import (
+    Cluster,
+    Settings,
+    derived_instance_type_spec,
+    derived_pools,
+    unit_display,
+)
 from functions.core.devices import parse_devices
 from functions.core.flavors import derive_flavors, queue_flavors
 from functions.core.ledger import D
-from functions.core.pools import PoolKey, pool_views
+from functions.core.pools import NodeSummary, PoolKey, pool_views
 from functions.core.quantity import format_decimal
 
 A10G = "gpustack--nvidia-a10g-linux-amd64"
@@ -283,3 +293,51 @@ def test_section_5_flavors_do_not_change_with_awareness(walkthrough):
     assert derive_flavors(cluster_of(walkthrough, AWARE).nodes) == derive_flavors(
         cluster_of(walkthrough).nodes
     )
+
+
+# --- pools and flavors are worked out once per node shape -------------------------------------
+
+
+def covers_field_by_field(pool: PoolKey, node: NodeSummary, mixed_on_node: bool) -> bool:
+    """Does `pool` take capacity from `node`, read from the node's own fields (reference §3.2)."""
+    if not node.managed or (node.os, node.arch) != (pool.os, pool.arch):
+        return False
+    if pool.g_key is not None and node.g_key != pool.g_key:
+        return False
+    if pool.a_key is not None:
+        return node.group_cards.get(pool.a_key, 0) > 0
+    return node.cpu_cores > 0 and (mixed_on_node or not node.accelerated)
+
+
+@pytest.mark.parametrize("mixed_on_node", [True, False])
+def test_a_pool_covers_the_nodes_whose_own_fields_say_so(walkthrough, mixed_on_node):
+    walkthrough["node-t4-a"]["spec"]["managed"] = False
+    nodes = list(cluster_of(walkthrough).nodes)
+    candidates = {
+        PoolKey(node.os, node.arch, a_key, g_key)
+        for node in nodes
+        for a_key in (None, *node.group_cards, "nvidia-h100")
+        for g_key in (None, node.g_key)
+    }
+    for pool in candidates:
+        for order in (nodes, nodes[::-1]):
+            expected = [n for n in order if covers_field_by_field(pool, n, mixed_on_node)]
+            assert pool.covered(order, mixed_on_node) == expected
+            assert pool.covered(expected, mixed_on_node) == expected
+            assert [pool.covers(n, mixed_on_node) for n in order] == [n in expected for n in order]
+
+
+def test_nodes_of_one_shape_count_alike_whether_or_not_they_share_its_object(walkthrough):
+    nodes = list(cluster_of(walkthrough).nodes)
+    twins = [replace(node, node=f"{node.node}-twin") for node in nodes]
+    assert all(node.shape is twin.shape for node, twin in zip(nodes, twins, strict=True))
+    pools._shape.cache_clear()  # as once the shapes' memo is full: an equal shape, a new object
+    apart = [replace(twin) for twin in twins]
+    assert not any(node.shape is twin.shape for node, twin in zip(nodes, apart, strict=True))
+    for settings in (DEFAULT, AWARE, Settings(mixed_on_node=False)):
+        shared, separate = nodes + twins, nodes + apart
+        mixed = settings.mixed_on_node
+        assert derive_flavors(separate, mixed) == derive_flavors(shared, mixed)
+        assert derived_pools(separate, settings) == derived_pools(shared, settings)
+        for pool in derived_pools(shared, settings):
+            assert pool_views(pool, separate, mixed) == pool_views(pool, shared, mixed)

@@ -7,13 +7,15 @@ per accelerator model. Nodes of the same shape share a flavor; its capacity is n
 
 from __future__ import annotations
 
+import operator
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from functions.core import labels as L
 from functions.core import names
 from functions.core.modes import D
-from functions.core.pools import NodeSummary, PoolKey
+from functions.core.pools import NodeSummary, PoolKey, Shape
 from functions.core.quantity import format_decimal
 from functions.core.resources import credits_resource
 
@@ -76,19 +78,13 @@ class Flavor:
 
 def derive_flavors(nodes: Iterable[NodeSummary], mixed_on_node: bool = True) -> list[Flavor]:
     """All flavors of the cluster, sorted by name; nodeless flavors simply do not appear."""
+    by_shape: defaultdict[Shape, list[str]] = defaultdict(list)  # one shape, the same flavors
+    for shape, node in map(_SHAPE_AND_NODE, nodes):
+        by_shape[shape].append(node)
     members: dict[tuple, list[str]] = {}
-    for node in nodes:
-        if not node.managed:
-            continue
-        if node.cpu_cores > 0 and (mixed_on_node or not node.accelerated):
-            members.setdefault((node.os, node.arch, node.g_key, node.cpu_cores, None), []).append(
-                node.node
-            )
-        for a_key, count in node.group_cards.items():
-            if count > 0:
-                members.setdefault((node.os, node.arch, node.g_key, count, a_key), []).append(
-                    node.node
-                )
+    for shape, node_names in by_shape.items():
+        for key in flavor_keys(shape, mixed_on_node):
+            members.setdefault(key, []).extend(node_names)
     flavors = [
         Flavor(
             name=names.flavor_name(g_key, os, arch, count, a_key),
@@ -102,6 +98,21 @@ def derive_flavors(nodes: Iterable[NodeSummary], mixed_on_node: bool = True) -> 
         for (os, arch, g_key, count, a_key), node_names in members.items()
     ]
     return sorted(flavors, key=lambda flavor: flavor.name)
+
+
+_SHAPE_AND_NODE = operator.attrgetter("shape", "node")
+
+
+def flavor_keys(shape: Shape, mixed_on_node: bool) -> list[tuple]:
+    """The flavors a node of this shape belongs to, as (os, arch, gKey, count, aKey): its CPU
+    flavor, then one per accelerator key it has cards of."""
+    if not shape.managed:
+        return []
+    os, arch, g_key = shape.os, shape.arch, shape.g_key
+    cpu = [(os, arch, g_key, shape.cpu_cores, None)] if shape.takes_cpu(mixed_on_node) else []
+    return cpu + [
+        (os, arch, g_key, count, a_key) for a_key, count in shape.group_cards if count > 0
+    ]
 
 
 def queue_flavors(pool: PoolKey, flavors: Iterable[Flavor]) -> list[Flavor]:

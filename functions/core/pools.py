@@ -9,6 +9,7 @@ summaries; pools never walk cards.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -122,6 +123,39 @@ class NodeSummary:
     def accelerated(self) -> bool:
         return any(group.total_cards for group in self.groups.values())
 
+    @functools.cached_property
+    def shape(self) -> Shape:
+        cards = tuple(self.group_cards.items())
+        return _shape(self.managed, self.os, self.arch, self.g_key, self.cpu_cores, cards)
+
+
+@dataclass(frozen=True, eq=False)
+class Shape:
+    """All that decides which pools and flavors a node falls in (not its name, nor what is
+    free on it). Thousands of nodes share a handful of shapes, so what follows from a shape is
+    worked out once per shape. Nodes of equal shapes share one object (`_shape`), compared
+    and hashed by identity: grouping thousands of nodes by shape reads no field of it."""
+
+    managed: bool
+    os: str
+    arch: str
+    g_key: str
+    cpu_cores: int
+    group_cards: tuple[tuple[str, int], ...]  # NodeSummary.group_cards' items, in its order
+
+    def takes_cpu(self, mixed_on_node: bool) -> bool:
+        """Does a CPU pool (and a CPU flavor) take capacity from nodes of this shape?"""
+        accelerated = any(count for _, count in self.group_cards)
+        return self.cpu_cores > 0 and (mixed_on_node or not accelerated)
+
+
+# Bounded: past it, an equal shape may be a second object, which costs time, never a result.
+@functools.lru_cache(maxsize=4096)
+def _shape(
+    managed: bool, os: str, arch: str, g_key: str, cores: int, cards: tuple[tuple[str, int], ...]
+) -> Shape:
+    return Shape(managed, os, arch, g_key, cores, cards)
+
 
 def summarize_devices(
     spec: DevicesSpec,
@@ -170,45 +204,47 @@ class PoolKey:
 
     def covers(self, node: NodeSummary, mixed_on_node: bool = True) -> bool:
         """Does this pool take capacity from `node`?"""
-        if not node.managed or (node.os, node.arch) != (self.os, self.arch):
-            return False
-        if self.g_key is not None and node.g_key != self.g_key:
-            return False
-        if self.a_key is not None:
-            return node.group_cards.get(self.a_key, 0) > 0
-        return node.cpu_cores > 0 and (mixed_on_node or not node.accelerated)
+        return self in shape_pools(node.shape, self.g_key is not None, mixed_on_node)
 
     def covered(
         self, nodes: Iterable[NodeSummary], mixed_on_node: bool = True
     ) -> list[NodeSummary]:
-        """The nodes this pool takes capacity from: `covers`, for thousands of nodes at once."""
-        if self.a_key is None:
-            return [n for n in nodes if self.covers(n, mixed_on_node)]
-        os, arch, a_key, g_key = self.os, self.arch, self.a_key, self.g_key
-        return [
-            n
-            for n in nodes
-            if n.managed
-            and n.os == os
-            and n.arch == arch
-            and (g_key is None or n.g_key == g_key)
-            and n.group_cards.get(a_key, 0) > 0
-        ]
+        """The nodes this pool takes capacity from: `covers`, decided once per shape."""
+        nodes = list(nodes)
+        shapes = set(map(_SHAPE, nodes))
+        aware = self.g_key is not None
+        covering = {s for s in shapes if self in shape_pools(s, aware, mixed_on_node)}
+        if covering == shapes:  # the usual: a pool's request selects the pool's nodes
+            return nodes
+        return list(itertools.compress(nodes, map(covering.__contains__, map(_SHAPE, nodes))))
 
 
-def pools_of(node: NodeSummary, aware: bool, mixed_on_node: bool = True) -> list[PoolKey]:
+_SHAPE = operator.attrgetter("shape")
+
+
+def pools_of(node: NodeSummary, aware: bool, mixed_on_node: bool = True) -> tuple[PoolKey, ...]:
     """The derived pools a managed node gives rise to under the awareness setting."""
-    if not node.managed:
-        return []
-    g_key = node.g_key if aware else None
-    pools = [
-        PoolKey(node.os, node.arch, a_key, g_key)
-        for a_key, count in sorted(node.group_cards.items())
-        if count > 0
-    ]
-    if node.cpu_cores > 0 and (mixed_on_node or not node.accelerated):
-        pools.append(PoolKey(node.os, node.arch, None, g_key))
-    return pools
+    return shape_pools(node.shape, aware, mixed_on_node)
+
+
+@functools.lru_cache(maxsize=4096)  # a cluster has a handful of shapes; a bound all the same
+def shape_pools(shape: Shape, aware: bool, mixed_on_node: bool) -> tuple[PoolKey, ...]:
+    """The derived pools the nodes of one shape give rise to, by accelerator key, then CPU."""
+    if not shape.managed:
+        return ()
+    os, arch, g_key = shape.os, shape.arch, shape.g_key if aware else None
+    cards = sorted(shape.group_cards)
+    pools = [_pool(os, arch, a_key, g_key) for a_key, count in cards if count > 0]
+    if shape.takes_cpu(mixed_on_node):
+        pools.append(_pool(os, arch, None, g_key))
+    return tuple(pools)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pool(os: str, arch: str, a_key: str | None, g_key: str | None) -> PoolKey:
+    """One object for each pool, whichever shapes give rise to it: a set of the pools of
+    thousands of nodes then finds each by identity, without calling PoolKey.__eq__."""
+    return PoolKey(os, arch, a_key, g_key)
 
 
 @dataclass(frozen=True)
@@ -287,6 +323,8 @@ _CARDS, _FREE, _SHARES, _WITH_SHARE, _LOGICAL, _SLICED, _ONCE_SLICED, _PT_CAP, _
         "partition_remaining",
     )
 )
+_ALLOCATED = operator.attrgetter("allocated_profiles")
+_REMAINING = operator.attrgetter("remaining_profiles")
 
 
 def accelerator_views(
@@ -319,23 +357,19 @@ def accelerator_views(
             sum(map(_PT_CAP, summaries)),
             int(pt_remaining > 0),
             pt_remaining,
-            *profile_totals(summaries),
+            profile_totals(map(_ALLOCATED, summaries)),
+            profile_totals(map(_REMAINING, summaries)),
         ),
     )
 
 
-def profile_totals(summaries: list[GroupSummary]) -> tuple[dict[str, int], dict[str, int]]:
-    """Allocated and remaining partitions by profile, over the groups that have any."""
-    allocated: dict[str, int] = {}
-    remaining: dict[str, int] = {}
-    for node in summaries:
-        if not (node.allocated_profiles or node.remaining_profiles):
-            continue
-        for name, count in node.allocated_profiles.items():
-            allocated[name] = allocated.get(name, 0) + count
-        for name, count in node.remaining_profiles.items():
-            remaining[name] = remaining.get(name, 0) + count
-    return allocated, remaining
+def profile_totals(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Partitions by profile, summed over the groups' counts (most groups have none)."""
+    totals: dict[str, int] = {}
+    for found in filter(None, counts):
+        for name, count in found.items():
+            totals[name] = totals.get(name, 0) + count
+    return totals
 
 
 def cpu_view(node_cores: Iterable[int], reserved: int = 0) -> View:
@@ -350,9 +384,12 @@ def cpu_view(node_cores: Iterable[int], reserved: int = 0) -> View:
 class PoolViews:
     accelerators: AcceleratorViews
     cpu: View
-    nodes: tuple[str, ...]
+    members: tuple[NodeSummary, ...]  # the nodes the pool covers, by name
     largest_node_cards: int = 0  # the whole-card request bound: unpartitioned cards on one node
     largest_node_cores: int = 0  # the CPU request bound of a CPU pool
+
+
+_NODE, _GROUPS = operator.attrgetter("node"), operator.attrgetter("groups")
 
 
 def pool_views(
@@ -363,15 +400,14 @@ def pool_views(
     draining: bool = False,
 ) -> PoolViews:
     """Everything the InstanceType status shows for `pool`, from its nodes' summaries."""
-    covered = sorted(pool.covered(nodes, mixed_on_node), key=operator.attrgetter("node"))
-    node_names = tuple(n.node for n in covered)
+    covered = tuple(sorted(pool.covered(nodes, mixed_on_node), key=_NODE))
     if pool.a_key is not None:  # pool.acceleratable, spelled so the type checker narrows a_key
         a_key = pool.a_key
-        summaries = [n.groups[a_key] for n in covered]  # `covered` has cards of a_key
+        summaries = list(map(operator.itemgetter(a_key), map(_GROUPS, covered)))  # all have it
         # A MIG-mode card serves partitions only: the whole-card (and shared) request bound
         # counts the cards that can take a whole-card request, never every card of the model.
         largest = max(map(_CARDS, summaries), default=0)
-        return PoolViews(accelerator_views(summaries, draining), View(), node_names, largest)
+        return PoolViews(accelerator_views(summaries, draining), View(), covered, largest)
     cpu = View() if draining else cpu_view((n.cpu_cores for n in covered), reserved_cpu)
     largest = max((n.cpu_cores for n in covered), default=0)
-    return PoolViews(AcceleratorViews(), cpu, node_names, largest_node_cores=largest)
+    return PoolViews(AcceleratorViews(), cpu, covered, largest_node_cores=largest)

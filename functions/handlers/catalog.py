@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import operator
 from typing import Any
 
 from functions.core import apis, labels, names, resources
@@ -92,15 +93,19 @@ def compose(request: Request) -> Desired:
     for row_name, row in catalog_rows(nodes, settings).items():
         key = ROW_PREFIX + row_name
         desired.compose(key, instance_type_flavor(row_name, row), request.observed(key))
-    managed = [n for n in nodes if n.managed]
+    managed = list(filter(_MANAGED, nodes))  # in C: a Catalog reads every node
+    cards = map(dict.values, map(_GROUP_CARDS, managed))
     desired.status = {
         "nodes": len(nodes),
         "managedNodes": len(managed),
         "flavors": len(flavors),
         "pools": len(pools),
-        "accelerators": sum(sum(n.group_cards.values()) for n in managed),
+        "accelerators": sum(map(sum, cards)),
     }
     return desired
+
+
+_MANAGED, _GROUP_CARDS = operator.attrgetter("managed"), operator.attrgetter("group_cards")
 
 
 def compose_instance_types(

@@ -13,8 +13,11 @@ has published its node's summary, a pool must not drop or drain its queues.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import operator
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from google.protobuf import struct_pb2
 
 from functions import structs
 from functions.core import apis, labels, names, reasons
@@ -59,36 +62,47 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
     """Every required node summary, one per node, by node name; unreadable ones are skipped
     and named. One string is read from each ConfigMap (its facts only where asked for).
 
-    Nothing is allocated per node that outlives the loop but the summary itself: objects that
+    Nothing is allocated per node that outlives the call but the summary itself: objects that
     survive a request's young collections bring on a full one over every summary kept."""
+    given = request.required_objects(SUMMARIES) or ()
+    namespace = _namespace(request)
+    # A caller that ignored the selector's namespace (Crossplane 1.x) may hand over others.
+    objects = [o for o in given if structs.namespace_of(o) == namespace] if namespace else given
+    problems: list[tuple[str, str, str]] = []
+    found = MEMO.read_all(objects, problems)
+    if problems:  # rare: leave out the unreadable, keeping each summary beside its object
+        objects = [obj for obj, summary in zip(objects, found, strict=True) if summary is not None]
+        found = [summary for summary in found if summary is not None]
+    summaries = cast(list[NodeSummary], found)  # each one read
+    if len(set(map(_NODE, summaries))) < len(summaries):  # rare: see _one_per_node
+        summaries = _one_per_node(objects, summaries, problems)
+    MEMO.trim(len(given))
+    for where, field, problem in sorted(problems):
+        unreadable(desired, "ConfigMap", where, field, problem)
+    inputs_readable(desired, "node summaries", sorted({p[0] for p in problems}))
+    return sorted(summaries, key=_NODE)
+
+
+_NODE = operator.attrgetter("node")
+
+
+def _one_per_node(
+    objects: Sequence[Any], summaries: list[NodeSummary], problems: list[tuple[str, str, str]]
+) -> list[NodeSummary]:
+    """Only a hand-made ConfigMap repeats a node: the first by namespace and name counts, the
+    others are named."""
     found: dict[str, NodeSummary] = {}
     source: dict[str, Any] = {}  # the object each node's summary was read from
-    problems: list[tuple[str, str, str]] = []
-    namespace = _namespace(request)
-    objects = request.required_objects(SUMMARIES) or ()
-    for obj in objects:
-        if namespace and structs.namespace_of(obj) != namespace:
-            continue  # a caller that ignored the selector's namespace (Crossplane 1.x)
-        try:
-            summary = MEMO.read(obj)
-        except StatusError as error:
-            problems.append((_where(obj), error.field, error.problem))
-            continue
+    for obj, summary in zip(objects, summaries, strict=True):
         node = summary.node
         if node not in found:
-            found[node] = summary
-            source[node] = obj
+            found[node], source[node] = summary, obj
             continue
-        # Only a hand-made ConfigMap repeats a node: the first by namespace and name counts.
         first, second = sorted((source[node], obj), key=_where)
         if first is obj:
             found[node], source[node] = summary, obj
         problems.append((_where(second), "data.summary", f"repeats node {node}"))
-    MEMO.trim(len(objects))
-    for where, field, problem in sorted(problems):
-        unreadable(desired, "ConfigMap", where, field, problem)
-    inputs_readable(desired, "node summaries", sorted({p[0] for p in problems}))
-    return [found[node] for node in sorted(found)]
+    return list(found.values())
 
 
 def _namespace(request: Request) -> str:
@@ -117,6 +131,21 @@ class SummaryMemo:
         self.parsed: dict[str, NodeSummary] = {}
         self.facts: dict[str, str] = {}  # one copy of each facts text, shared by its nodes
 
+    def read_all(
+        self, objects: Sequence[Any], problems: list[tuple[str, str, str]]
+    ) -> list[NodeSummary | None]:
+        """Each object's summary; None for one that cannot be read, named in `problems`.
+
+        Texts seen before are looked up for the whole request at once; the rest (new texts,
+        and anything not a string) go through `read`, which names what is wrong."""
+        found = list(map(self.parsed.get, summary_texts(objects)))
+        for index in [i for i, summary in enumerate(found) if summary is None]:
+            try:
+                found[index] = self.read(objects[index])
+            except StatusError as error:
+                problems.append((_where(objects[index]), error.field, error.problem))
+        return found
+
     def read(self, obj: Any) -> NodeSummary:
         text = structs.string_at(obj, "data", node_summary.SUMMARY_KEY)
         found = self.parsed.get(text) if text is not None else None
@@ -137,6 +166,30 @@ class SummaryMemo:
 
 
 MEMO = SummaryMemo()
+
+# obj.fields["data"].struct_value.fields["summary"].string_value of a protobuf Struct, step by
+# step in C: a missing key reads as an empty Value, and anything but a string as "" (which no
+# summary text is: the memo misses, and `read` says what is wrong).
+_NO_VALUE = struct_pb2.Value()
+_SUMMARY_TEXT = (
+    operator.attrgetter("fields"),
+    operator.methodcaller("get", "data", _NO_VALUE),
+    operator.attrgetter("struct_value.fields"),
+    operator.methodcaller("get", node_summary.SUMMARY_KEY, _NO_VALUE),
+    operator.attrgetter("string_value"),
+)
+
+
+def summary_texts(objects: Sequence[Any]) -> Iterable[str]:
+    """Each object's `data.summary` text to look up in the memo ("" where it has none): a
+    request's thousands of Structs without a Python call per object; other objects (a test's
+    dicts) one by one."""
+    if set(map(type, objects)) <= {struct_pb2.Struct}:
+        texts: Iterable[Any] = objects
+        for step in _SUMMARY_TEXT:
+            texts = map(step, texts)
+        return texts
+    return (structs.string_at(obj, "data", node_summary.SUMMARY_KEY) or "" for obj in objects)
 
 
 def summaries_missing(request: Request, composed: Iterable[str]) -> bool:

@@ -98,7 +98,7 @@ def compose(request: Request) -> Desired:
     draining = HOLD_AND_DRAIN in (stop_policy, queue_stop_policy(observed_queue))
     reserved = reserved_cpu(observed_queue, desired)
     views = pool_views(pool, nodes, settings.mixed_on_node, reserved, draining)
-    offers = type_status.offers(pool, nodes, views, settings.dialect)
+    offers = type_status.offers(pool, views, settings.dialect)
     if pool.acceleratable:
         views = replace(views, accelerators=views.accelerators.offering(offers.modes))
 
@@ -118,7 +118,7 @@ def compose(request: Request) -> Desired:
         message=message,
         entrance=names.entrance(request.xr.name),
         views=views,
-        detail=type_status.detail(pool, nodes, views),
+        detail=type_status.detail(pool, views),
         offers=offers,
         unit=unit_display(request.xr.view("spec").to_dict()),
         acceleratable=pool.acceleratable,

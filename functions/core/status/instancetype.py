@@ -16,7 +16,7 @@ from typing import Any
 from functions.core import mig, names, quantity
 from functions.core.dialects import DIALECTS, Dialect
 from functions.core.modes import TAKEN, Mode
-from functions.core.pools import NodeSummary, PoolKey, PoolViews
+from functions.core.pools import PoolKey, PoolViews
 from functions.core.quantity import MIB, QuantityError
 from functions.core.requests import InstanceTypeFacts
 from functions.core.status import StatusError, read_int, read_list, read_object, read_str
@@ -76,7 +76,7 @@ def write(
         "acceleratorShared": accelerators.shared.as_status(),
         "acceleratorSliced": accelerators.sliced.as_status(),
         "acceleratorPartitioned": accelerators.partitioned.as_status(),
-        "nodes": len(views.nodes),
+        "nodes": len(views.members),
         "detail": dict(detail),
         "offers": offers.as_status(),
         "display": {
@@ -92,17 +92,10 @@ def write(
     return status
 
 
-def members(nodes: list[NodeSummary], views: PoolViews) -> list[NodeSummary]:
-    covered = set(views.nodes)
-    return [node for node in nodes if node.node in covered]
-
-
-def offers(
-    pool: PoolKey, nodes: list[NodeSummary], views: PoolViews, dialect: Dialect = DEFAULT_DIALECT
-) -> Offers:
+def offers(pool: PoolKey, views: PoolViews, dialect: Dialect = DEFAULT_DIALECT) -> Offers:
     """What an Instance of this pool may ask for, from the nodes the pool covers and what the
     cluster's device plugin can express (and Kueue charge) of it."""
-    covered = members(nodes, views)
+    covered = views.members
     bounds = Offers(
         largest_node_cards=views.largest_node_cards,
         largest_node_cores=views.largest_node_cores,
@@ -132,13 +125,13 @@ def offers(
     )
 
 
-def detail(pool: PoolKey, nodes: list[NodeSummary], views: PoolViews) -> dict[str, Any]:
+def detail(pool: PoolKey, views: PoolViews) -> dict[str, Any]:
     """The observed hardware behind the pool, as the walkthrough shows it (empty: no node).
 
     Descriptors come from the first covered node; whether the pool slices logically or
     physically comes from every node's counts (a pool may mix MIG and whole cards).
     """
-    covered = members(nodes, views)
+    covered = views.members
     if not covered:
         return {}
     if not pool.a_key:
