@@ -26,7 +26,7 @@ from functions import pipeline, views
 from functions.core import names
 from functions.core.devices import parse_spec
 from functions.core.ledger import build_ledger
-from functions.core.pools import NodeSummary, summarize_devices
+from functions.core.pools import NodeSummary, accelerator_views, summarize_devices
 from functions.core.status import StatusError
 from functions.core.status import summary as node_summary
 from functions.handlers import catalog, devices, inputs, instancetype
@@ -145,6 +145,18 @@ def test_a_later_version_that_appends_a_figure_still_reads():
     newer["groups"]["nvidia-h100-80gb-hbm3"].append(42)
     read = node_summary.read(json.dumps(newer))
     assert read.groups == node_summary.read(data["summary"]).groups
+
+
+def test_a_profile_count_of_null_reads_as_none_left():
+    """JSON null reads as an absent figure does, 0, here too: the pool's sums never see it."""
+    data = node_summary.write(
+        summarize_devices(parse_spec("node-h100", h100_node(3, [MIG_3G_ON_GPU0])))
+    )
+    document = json.loads(data["summary"])
+    document["partitions"]["nvidia-h100-80gb-hbm3"]["remaining"]["3g.40gb"] = None
+    group = node_summary.read(json.dumps(document)).groups["nvidia-h100-80gb-hbm3"]
+    assert group.remaining_profiles["3g.40gb"] == 0
+    assert accelerator_views([group, group]).partitioned.remaining_profiles["3g.40gb"] == 0
 
 
 BROKEN = [

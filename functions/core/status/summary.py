@@ -198,9 +198,7 @@ def _group(key: str, packed: Any, layout: tuple[str, ...], partitions: Any) -> G
 def _profile_counts(value: Any, key: str, which: str) -> dict[str, int]:
     at = f"partitions.{key}.{which}"
     counts = _object(value, at)
-    for name, count in counts.items():
-        _whole(count, f"{at}.{name}")
-    return dict(counts)
+    return {name: _whole(count, f"{at}.{name}") for name, count in counts.items()}
 
 
 def _object(value: Any, at: str) -> dict[str, Any]:
