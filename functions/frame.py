@@ -34,14 +34,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from crossplane.function import logging, resource, response
+from crossplane.function import logging, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from google.protobuf.internal import api_implementation
 
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired, Severity
-from functions.views import ShapeError, View, plain, view_of
+from functions.views import ShapeError, View, message_of, plain, view_of
 
 _STATUS = {True: fnv1.STATUS_CONDITION_TRUE, False: fnv1.STATUS_CONDITION_FALSE}
 _READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
@@ -262,7 +262,7 @@ def respond(
     for name in sorted(desired.resources):
         composed = rsp.desired.resources[name]
         composed.resource.Clear()
-        composed.resource.update(plain(desired.resources[name]))
+        _put(composed.resource, desired.resources[name])
         composed.ready = _READY[desired.ready.get(name, False)]
     if desired.status:
         _merge_status(rsp.desired.composite, desired.status)
@@ -300,7 +300,17 @@ def _select(selector: fnv1.ResourceSelector, requirement: Requirement) -> None:
 
 def _merge_status(composite: fnv1.Resource, status: Mapping[str, Any]) -> None:
     """Set our status keys, keeping any an earlier step set."""
-    merged = resource.struct_to_dict(composite.resource).get("status")
-    merged = merged if isinstance(merged, dict) else {}
-    merged.update(plain(status))
-    composite.resource.update({"status": merged})
+    _put(composite.resource.fields["status"].struct_value, status)
+
+
+def _put(target: struct_pb2.Struct, data: Mapping[str, Any]) -> None:
+    """Set `data`'s keys in `target`. A value a handler passes on as it observed it (a view of
+    the request's Struct: a Devices' per-card ledger, a composed object's spec) is copied whole,
+    never converted to Python and back."""
+    target.update({key: plain(value) for key, value in data.items() if message_of(value) is None})
+    for key, value in data.items():
+        found = message_of(value)
+        if isinstance(found, struct_pb2.Struct):
+            target.fields[key].struct_value.CopyFrom(found)
+        elif isinstance(found, struct_pb2.ListValue):
+            target.fields[key].list_value.CopyFrom(found)

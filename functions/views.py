@@ -85,9 +85,10 @@ class View:
 class StructView(View):
     """A View over a protobuf Struct (what Crossplane sends)."""
 
-    __slots__ = ("fields",)
+    __slots__ = ("fields", "struct")
 
     def __init__(self, struct: struct_pb2.Struct):
+        self.struct = struct
         self.fields = struct.fields
 
     def value(self, key: str) -> Any:
@@ -137,10 +138,12 @@ class DictView(View):
 class ListView:
     """A read-only list whose objects come back as Views."""
 
-    __slots__ = ("_unwrap", "_values")
+    __slots__ = ("_unwrap", "_values", "list_value")
 
     def __init__(self, values: struct_pb2.ListValue | Sequence[Any]):
+        self.list_value: struct_pb2.ListValue | None = None
         if isinstance(values, struct_pb2.ListValue):
+            self.list_value = values
             self._values: Sequence[Any] = values.values
             self._unwrap = _unwrap
         else:
@@ -237,6 +240,16 @@ def view_of(obj: struct_pb2.Struct | Mapping[str, Any] | View | None) -> View:
     if obj is None:
         return EMPTY
     return DictView(obj)
+
+
+def message_of(value: Any) -> struct_pb2.Struct | struct_pb2.ListValue | None:
+    """The protobuf message a view reads (None for plain data): what a writer may copy whole,
+    at protobuf speed, rather than convert and rebuild."""
+    if isinstance(value, StructView):
+        return value.struct
+    if isinstance(value, ListView):
+        return value.list_value
+    return None
 
 
 def _unwrap(value: struct_pb2.Value) -> Any:

@@ -184,6 +184,37 @@ def test_a_value_copied_from_an_observed_object_is_written_as_its_data():
     assert rsp.desired.composite.resource["status"]["seen"][0]["b"] == 2
 
 
+def test_a_view_passed_on_is_copied_whole_into_the_same_bytes_its_data_would_give():
+    """What a handler passes on as observed (the frame copies such views whole) reads back as
+    the same response, byte for byte, as the plain data; an earlier step's status stays."""
+
+    def passing_on(as_views: bool) -> Handler:
+        def compose(request):
+            desired = Desired()
+            mine = request.observed("mine")
+            data, items = mine.view("data"), mine.list("items")
+            if not as_views:
+                data, items = data.to_dict(), items.to_list()
+            desired.compose("copy", {**CONFIG_MAP, "data": data}, None)
+            desired.status = {"seen": items, "count": 1}
+            return desired
+
+        return Handler("h", frozenset({"Thing"}), compose)
+
+    req = request()
+    req.observed.resources["mine"].resource.update(
+        {"data": {"a": "1", "n": 3, "deep": {"l": [1.5, {"x": True}]}}, "items": [{"b": 2}, "s"]}
+    )
+    req.desired.composite.resource.update({"status": {"earlier": "kept"}})
+    copied, converted = (frame.run(passing_on(as_views), req) for as_views in (True, False))
+    assert list(copied.results) == []
+    assert copied.SerializeToString(deterministic=True) == converted.SerializeToString(
+        deterministic=True
+    )
+    assert copied.desired.composite.resource["status"]["earlier"] == "kept"
+    assert copied.desired.resources["copy"].resource["data"]["deep"]["l"][1]["x"] is True
+
+
 def nested(depth: int) -> struct_pb2.Struct:
     """`{a: {a: … "leaf"}}`, `depth` objects deep, built without recursion."""
     inner = struct_pb2.Struct()

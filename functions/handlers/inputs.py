@@ -218,22 +218,24 @@ def keep_observed(request: Request, desired: Desired, what: str) -> Desired:
 
 
 def observed_status(request: Request) -> dict[str, Any]:
-    """The composite's status as observed, as plain data; Crossplane owns the conditions."""
-    status = request.xr.view("status").to_dict()
-    status.pop("conditions", None)
-    return status
+    """The composite's status as observed, but the conditions Crossplane owns. Each value stays
+    a view of the request, which the frame copies whole (a Devices' per-card ledger is most of
+    its request: converting it to Python and back cost more than the rest of the call)."""
+    return {key: value for key, value in request.xr.view("status").items() if key != "conditions"}
 
 
 def as_desired(observed: View) -> dict[str, Any]:
-    """An observed composed object as it was desired, as plain data: what the API server and
-    Crossplane add (identity, ownership, status, Crossplane's own labels) left out."""
-    found = observed.to_dict()
-    found.pop("status", None)
-    metadata = found.get("metadata") if isinstance(found.get("metadata"), dict) else {}
-    kept = {key: metadata[key] for key in ("name", "namespace") if metadata.get(key)}
+    """An observed composed object as it was desired: what the API server and Crossplane add
+    (identity, ownership, status, Crossplane's own labels) left out. The rest stays views of
+    the request, which the frame copies whole."""
+    found = {key: value for key, value in observed.items() if key not in ("metadata", "status")}
+    metadata = observed.view("metadata")
+    kept: dict[str, Any] = {key: metadata.str(key) for key in ("name", "namespace")}
+    kept = {key: value for key, value in kept.items() if value}
     for field in ("labels", "annotations"):
-        values = metadata.get(field) if isinstance(metadata.get(field), dict) else {}
-        values = {k: v for k, v in values.items() if not k.startswith(CROSSPLANE_KEYS)}
+        values = {
+            k: v for k, v in metadata.view(field).items() if not k.startswith(CROSSPLANE_KEYS)
+        }
         if values:
             kept[field] = values
     found["metadata"] = kept
