@@ -13,8 +13,9 @@ Requests over `INLINE_MAX_BYTES` are parsed and handled by `--workers` worker pr
 `WORKERS`), never on the event loop, so a small request is answered while a large one is being
 handled: for those the loop only moves bytes. A small request (an Instance, a Devices) is handled
 on the loop itself: its work takes about a millisecond, less than the hop to a worker would
-(see `Workers`; docs/reliability.md has the figures). What a large request took is handed back
-to the system once it is done, by the worker and by the server (docs/operations.md sizes the pod).
+(see `Workers`; docs/reliability.md has the figures). What a large request took goes back to the
+system once the worker, and the server, are idle (functions/memory.py; docs/operations.md sizes
+the pod).
 
 SIGTERM (or SIGINT) drains the server: health turns NOT_SERVING at once, new calls are refused
 with UNAVAILABLE (Crossplane retries them, on another replica if there is one), the calls in
@@ -26,7 +27,6 @@ cancelled, before the kubelet's SIGKILL would.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import multiprocessing
 import signal
 import time
@@ -45,7 +45,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from functions import frame, metrics
+from functions import frame, memory, metrics
 from functions.handlers import HANDLERS
 from functions.views import view_of
 
@@ -114,7 +114,7 @@ class Workers:
 
 
 def _worker_started(debug: bool) -> None:
-    map_large_buffers()
+    memory.map_large_buffers()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
@@ -125,39 +125,15 @@ def _ready() -> bool:
 
 
 def serve_in_worker(payload: bytes) -> tuple[bytes, bytes, str]:
-    """`serve_bytes`, then the memory the request took handed back to the system.
-
-    A pool's request parses to about three times its size (95 MiB for 20,000 nodes' 30 MiB),
-    and among the freed blocks lie the summaries the worker keeps: without the trim each worker
-    stays at its largest request's peak while idle, four workers at once."""
-    answer = serve_bytes(payload)
-    release_freed_memory()
-    return answer
+    """`serve_bytes` in a worker: what the request took goes back once the worker is idle."""
+    WORKER_MEMORY.started()
+    try:
+        return serve_bytes(payload)
+    finally:
+        WORKER_MEMORY.done()
 
 
-# --- memory: what a large request took goes back to the system once it is done -------------
-# glibc's calls; None where the C library has none (musl, macOS): nothing is done there.
-_LIBC = ctypes.CDLL(None)
-MALLOC_TRIM = getattr(_LIBC, "malloc_trim", None)
-MALLOPT = getattr(_LIBC, "mallopt", None)
-M_MMAP_THRESHOLD = -3  # mallopt's parameter: the size from which a buffer is mapped on its own
-LARGE_BUFFER = 1024 * 1024
-
-
-def release_freed_memory() -> None:
-    """Return the C heap's free pages to the system (a few ms after a 20,000-node request)."""
-    if MALLOC_TRIM is not None:
-        MALLOC_TRIM(0)
-
-
-def map_large_buffers() -> None:
-    """Map each buffer of 1 MiB or more on its own, so that freeing it returns it at once.
-
-    glibc raises that threshold to the largest buffer freed so far (up to 32 MiB), after which
-    a pool's request bytes, received and handed to a worker, stay in the heap: at 20,000 nodes
-    the server process held 316 MiB after a few calls, 134 MiB with this alone."""
-    if MALLOPT is not None:
-        MALLOPT(M_MMAP_THRESHOLD, LARGE_BUFFER)
+WORKER_MEMORY = memory.IdleTrim()  # each worker's own: its thread starts after the fork
 
 
 def serve_bytes(payload: bytes) -> tuple[bytes, bytes, str]:
@@ -178,6 +154,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         self.workers = workers
         self.draining = False
         self.in_flight = 0
+        self.memory = memory.IdleTrim()  # what receiving large requests took, once idle
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, context: Any = None
@@ -189,6 +166,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         if self.draining:
             await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINING)
         self.in_flight += 1
+        large = len(payload) > INLINE_MAX_BYTES
+        if large:
+            self.memory.started()
         started = time.perf_counter()
         try:
             answer, told, handler = await self.workers.run(payload)
@@ -198,8 +178,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, WORKER_LOST)
         finally:
             self.in_flight -= 1
-            if self.in_flight == 0 and len(payload) > INLINE_MAX_BYTES:
-                release_freed_memory()  # what receiving it took; only while nothing waits
+            if large:
+                self.memory.done()
         summary = fnv1.RunFunctionResponse.FromString(told)
         metrics.function_metrics().observe(
             handler, len(payload), time.perf_counter() - started, summary
@@ -291,7 +271,7 @@ async def serve_async(
     readiness: Readiness | None = None,
 ) -> None:
     readiness = readiness or Readiness()
-    map_large_buffers()
+    memory.map_large_buffers()
     if creds is None and not insecure:
         raise click.UsageError(
             "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR) or --insecure"

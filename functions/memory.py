@@ -1,0 +1,74 @@
+"""What a large request took goes back to the system once the process is idle.
+
+A pool's request parses to about three times its size (95 MiB for 20,000 nodes' 30 MiB), and
+glibc keeps what is freed for reuse: among the freed blocks lie the summaries a worker keeps, so
+the heap cannot shrink, and each process stayed at its largest request's peak while idle —
+four workers and the server at once. Two things hand it back:
+
+- **Large buffers are mapped on their own** (`map_large_buffers`, at each process's start):
+  glibc raises its mmap threshold to the largest buffer freed so far (up to 32 MiB), after which
+  a request's bytes come from the heap and stay there.
+- **The heap is trimmed once a process has been idle a while** (`IdleTrim`), never on a
+  request's path: a trim right after a 5,000-node request took 15 ms, and the next request pays
+  about as much again to fault the pages back in, so a busy process keeps its memory and an
+  idle one gives it back.
+
+Where the C library has neither call (musl, macOS) nothing is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+_LIBC = ctypes.CDLL(None)
+MALLOC_TRIM = getattr(_LIBC, "malloc_trim", None)
+MALLOPT = getattr(_LIBC, "mallopt", None)
+M_MMAP_THRESHOLD = -3  # mallopt's parameter: the size from which a buffer is mapped on its own
+LARGE_BUFFER = 1024 * 1024
+IDLE_SECONDS = 2.0  # pools reconcile every 30 s: a process this long idle is between them
+
+
+def map_large_buffers() -> None:
+    """Map each buffer of 1 MiB or more on its own, so that freeing it returns it at once."""
+    if MALLOPT is not None:
+        MALLOPT(M_MMAP_THRESHOLD, LARGE_BUFFER)
+
+
+def release_freed_memory() -> None:
+    """Return the C heap's free pages to the system."""
+    if MALLOC_TRIM is not None:
+        MALLOC_TRIM(0)
+
+
+class IdleTrim:
+    """Trims the heap once no large request has run for `idle` seconds, from its own thread.
+
+    `started` and `done` bracket each large request. The trim runs once per idle spell; one that
+    coincides with a request starting only costs that request a little time (ctypes lets go of
+    the interpreter for it), never a result."""
+
+    def __init__(self, idle: float = IDLE_SECONDS):
+        self.idle = idle
+        self.running = 0
+        self.finished = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def started(self) -> None:
+        self.running += 1
+
+    def done(self) -> None:
+        self.running -= 1
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._trim_when_idle, daemon=True)
+            self.thread.start()
+        self.finished.set()
+
+    def _trim_when_idle(self) -> None:
+        while True:
+            self.finished.wait()
+            self.finished.clear()
+            # Wait until a whole idle spell passes with no request finishing or running.
+            while self.finished.wait(self.idle) or self.running:
+                self.finished.clear()
+            release_freed_memory()
