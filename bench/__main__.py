@@ -23,12 +23,14 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from bench import cluster, e2e, measure, requests
 from bench.noop import LIMIT
 from functions.handlers.inputs import MEMO
+from functions.memory import IDLE_SECONDS
 
 MIB = 2**20
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_NODES", "1000,5000,20000").split(","))
@@ -167,11 +169,15 @@ def reconcile_target(size, ours, noop, built, old, count) -> dict[str, Any]:
 
 
 def memory(when: str, ours: e2e.Server, noop: e2e.Server) -> dict[str, float]:
+    """Resident memory once idle (after functions.memory's idle spell, when what requests took
+    has gone back) and the largest process's peak, of each server and its processes."""
+    time.sleep(IDLE_SECONDS + 1)
     ours_rss, ours_peak = ours.memory()
     noop_rss, noop_peak = noop.memory()
     print(
-        f"    memory {when}: ours {ours_rss:.0f} MiB resident (server + 4 workers), largest"
-        f" process peak {ours_peak:.0f} MiB; do-nothing {noop_rss:.0f} MiB, peak {noop_peak:.0f} MiB"
+        f"    memory {when}, once idle: ours {ours_rss:.0f} MiB resident (server + 4 workers),"
+        f" largest process peak {ours_peak:.0f} MiB; do-nothing {noop_rss:.0f} MiB, peak"
+        f" {noop_peak:.0f} MiB"
     )
     return {
         "ours_rss": ours_rss,
