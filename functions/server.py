@@ -114,7 +114,6 @@ class Workers:
 
 
 def _worker_started(debug: bool) -> None:
-    memory.map_large_buffers()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
@@ -271,7 +270,6 @@ async def serve_async(
     readiness: Readiness | None = None,
 ) -> None:
     readiness = readiness or Readiness()
-    memory.map_large_buffers()
     if creds is None and not insecure:
         raise click.UsageError(
             "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR) or --insecure"
