@@ -15,6 +15,9 @@ from functions.core import labels, names, pools
 from functions.core.catalog import (
     Cluster,
     Settings,
+    accelerated_row,
+    catalog_rows,
+    cpu_row,
     derived_instance_type_spec,
     derived_pools,
     unit_display,
@@ -341,3 +344,39 @@ def test_nodes_of_one_shape_count_alike_whether_or_not_they_share_its_object(wal
         assert derived_pools(separate, settings) == derived_pools(shared, settings)
         for pool in derived_pools(shared, settings):
             assert pool_views(pool, separate, mixed) == pool_views(pool, shared, mixed)
+
+
+def rows_node_by_node(nodes: list[NodeSummary], settings: Settings) -> dict[str, dict]:
+    """The catalog's rows read node by node, in name order (reference §3.6): the first node
+    that gives rise to a row describes it."""
+    rows: dict[str, dict] = {}
+    for node in sorted(nodes, key=lambda n: n.node):
+        if not node.managed:
+            continue
+        g_key = node.g_key if settings.aware_cpu_manufacturer else None
+        for a_key, group in sorted(node.groups.items()):
+            name = names.catalog_flavor_name(a_key, g_key)
+            if group.total_cards and name not in rows:
+                rows[name] = accelerated_row(a_key, node.facts[a_key], g_key)
+        name = names.catalog_flavor_name(None, g_key)
+        takes_cpu = node.cpu_cores > 0 and (settings.mixed_on_node or not node.accelerated)
+        if takes_cpu and name not in rows:
+            rows[name] = cpu_row(node, g_key)
+    return dict(sorted(rows.items()))
+
+
+@pytest.mark.parametrize("settings", [DEFAULT, AWARE, Settings(mixed_on_node=False)])
+def test_the_catalog_rows_are_described_by_the_first_node_by_name(walkthrough, settings):
+    walkthrough["node-t4-a"]["spec"]["managed"] = False
+    nodes = list(cluster_of(walkthrough).nodes)
+
+    def renamed(node: NodeSummary) -> NodeSummary:
+        """A node of the same shape, sorting first, whose cards and CPU read differently."""
+        facts = {key: replace(f, product=f"{f.product} rev2") for key, f in node.facts.items()}
+        cpu = replace(node.cpu, model_name=f"{node.cpu.model_name} rev2")
+        return replace(node, node=f"a-{node.node}", load_details=lambda: (facts, cpu))
+
+    for given in (nodes, nodes + [renamed(n) for n in nodes]):
+        assert catalog_rows(given, settings) == rows_node_by_node(given, settings)
+    products = {row.get("product") for row in catalog_rows(given, settings).values()}
+    assert all(product is None or "rev2" in product for product in products)

@@ -5,12 +5,21 @@ Pure derivations for the catalog handler, the simulator and the demo (reference 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from functions.core import names, presets, quantity
 from functions.core.devices import DevicesSpec
-from functions.core.pools import GroupFacts, NodeSummary, PoolKey, pools_of, summarize_devices
+from functions.core.pools import (
+    GroupFacts,
+    NodeSummary,
+    PoolKey,
+    Shape,
+    shape_pools,
+    summarize_devices,
+)
 from functions.core.settings import DEFAULTS, Settings
 
 DISPLAY_NAME_MAX = 64
@@ -47,12 +56,10 @@ def product_of(nodes: Iterable[NodeSummary], a_key: str) -> tuple[str, str]:
 
 
 def derived_pools(nodes: Iterable[NodeSummary], settings: Settings) -> list[PoolKey]:
-    """The pools the nodes give rise to under the current grouping, sorted by name."""
-    keys = {
-        pool
-        for node in nodes
-        for pool in pools_of(node, settings.aware_cpu_manufacturer, settings.mixed_on_node)
-    }
+    """The pools the nodes give rise to under the current grouping, sorted by name: worked out
+    once per node shape (a Catalog reads every node; they come in a handful of shapes)."""
+    aware, mixed = settings.aware_cpu_manufacturer, settings.mixed_on_node
+    keys = {pool for shape in set(map(_SHAPE, nodes)) for pool in shape_pools(shape, aware, mixed)}
     return sorted(keys, key=lambda pool: pool.name)
 
 
@@ -108,26 +115,45 @@ def catalog_rows(nodes: Iterable[NodeSummary], settings: Settings = DEFAULTS) ->
     """The InstanceTypeFlavor catalog: one row per pool identity, regrouped by awareness.
 
     Collapsed (awareness off): `gpustack--generic` and `gpustack--<aKey>`; aware:
-    `gpustack--<gKey>` and `gpustack--<gKey>--<aKey>`. Identity lives in the spec.
+    `gpustack--<gKey>` and `gpustack--<gKey>--<aKey>`. Identity lives in the spec. The first
+    node by name that gives rise to a row describes it; once every row is described, later
+    nodes change nothing (a Catalog reads every node, and a few describe them all).
     """
-    aware = settings.aware_cpu_manufacturer
+    aware, mixed = settings.aware_cpu_manufacturer, settings.mixed_on_node
+    ordered = sorted(nodes, key=_NODE)
+    wanted = {row for shape in set(map(_SHAPE, ordered)) for row in shape_rows(shape, aware, mixed)}
     rows: dict[str, dict] = {}
-    for node in sorted(nodes, key=lambda n: n.node):
-        if not node.managed:
-            continue
+    for node in ordered:
+        if len(rows) == len(wanted):
+            break
         g_key = node.g_key if aware else None
-        for a_key, group in sorted(node.groups.items()):
-            name = names.catalog_flavor_name(a_key, g_key)
-            if group.total_cards and name not in rows:  # hardware facts only for a new row
-                rows[name] = accelerated_row(a_key, node.facts[a_key], g_key)
-        name = names.catalog_flavor_name(None, g_key)
-        if (
-            name not in rows
-            and node.cpu_cores > 0
-            and (settings.mixed_on_node or not node.accelerated)
-        ):
-            rows[name] = cpu_row(node, g_key)
+        for name, a_key in shape_rows(node.shape, aware, mixed):
+            if name in rows:
+                continue
+            rows[name] = (
+                accelerated_row(a_key, node.facts[a_key], g_key) if a_key else cpu_row(node, g_key)
+            )
     return dict(sorted(rows.items()))
+
+
+@functools.lru_cache(maxsize=4096)  # a cluster has a handful of shapes; a bound all the same
+def shape_rows(shape: Shape, aware: bool, mixed_on_node: bool) -> tuple[tuple[str, str], ...]:
+    """The catalog rows a node of this shape gives rise to, as (name, aKey; "" for CPU): one
+    per accelerator key it has cards of, then its CPU row."""
+    if not shape.managed:
+        return ()
+    g_key = shape.g_key if aware else None
+    rows = [
+        (names.catalog_flavor_name(a_key, g_key), a_key)
+        for a_key, cards in sorted(shape.group_cards)
+        if cards
+    ]
+    if shape.takes_cpu(mixed_on_node):
+        rows.append((names.catalog_flavor_name(None, g_key), ""))
+    return tuple(rows)
+
+
+_NODE, _SHAPE = operator.attrgetter("node"), operator.attrgetter("shape")
 
 
 def accelerated_row(a_key: str, facts: GroupFacts, g_key: str | None) -> dict:

@@ -222,11 +222,6 @@ class PoolKey:
 _SHAPE = operator.attrgetter("shape")
 
 
-def pools_of(node: NodeSummary, aware: bool, mixed_on_node: bool = True) -> tuple[PoolKey, ...]:
-    """The derived pools a managed node gives rise to under the awareness setting."""
-    return shape_pools(node.shape, aware, mixed_on_node)
-
-
 @functools.lru_cache(maxsize=4096)  # a cluster has a handful of shapes; a bound all the same
 def shape_pools(shape: Shape, aware: bool, mixed_on_node: bool) -> tuple[PoolKey, ...]:
     """The derived pools the nodes of one shape give rise to, by accelerator key, then CPU."""
