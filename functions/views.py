@@ -116,6 +116,10 @@ class StructView(View):
         for key, value in self.fields.items():
             yield key, _unwrap(value)
 
+    def to_dict(self) -> dict[str, Any]:
+        # Straight from the Struct, making no view on the way (a Devices spec has thousands).
+        return _struct_data(self.struct)
+
     def __bool__(self) -> bool:
         return len(self.fields) > 0
 
@@ -181,6 +185,8 @@ class ListView:
         return None
 
     def to_list(self) -> list[Any]:
+        if self.list_value is not None:
+            return [_value_data(value) for value in self.list_value.values]
         return [_data(value) for value in self]
 
 
@@ -263,6 +269,27 @@ def _unwrap(value: struct_pb2.Value) -> Any:
         return StructView(value.struct_value)
     if kind == "list_value":
         return ListView(value.list_value)
+    if kind == "bool_value":
+        return value.bool_value
+    return None
+
+
+def _struct_data(struct: struct_pb2.Struct) -> dict[str, Any]:
+    return {key: _value_data(value) for key, value in struct.fields.items()}
+
+
+def _value_data(value: struct_pb2.Value) -> Any:
+    """A Value as plain data, as `_data(_unwrap(value))` gives it (whole numbers as ints)."""
+    kind = value.WhichOneof("kind")
+    if kind == "number_value":
+        number = value.number_value
+        return int(number) if number.is_integer() else number
+    if kind == "string_value":
+        return value.string_value
+    if kind == "struct_value":
+        return _struct_data(value.struct_value)
+    if kind == "list_value":
+        return [_value_data(item) for item in value.list_value.values]
     if kind == "bool_value":
         return value.bool_value
     return None

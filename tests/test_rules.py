@@ -419,6 +419,24 @@ def test_a_condition_is_found_by_its_type_in_dicts_and_structs_alike(as_struct):
     assert readiness.condition(None, "Ready") == "Unknown"
 
 
+def test_an_object_reads_back_as_the_same_plain_data_from_a_struct_or_a_dict():
+    """What a handler converts (a Devices spec, an observed Pod) is the same data whether it
+    came as a Struct or a dict: whole numbers as ints, the rest as they were."""
+    data = {
+        "n": 8,
+        "x": 1.5,
+        "ok": True,
+        "none": None,
+        "s": "text",
+        "cards": [{"memoryMiB": 81559, "profiles": [["1g.10gb", 7]]}, "x", [], {}],
+    }
+    struct = struct_pb2.Struct()
+    struct.update(data)
+    assert view_of(struct).to_dict() == DictView(data).to_dict() == data
+    assert type(view_of(struct).to_dict()["n"]) is int
+    assert view_of(struct).list("cards").to_list() == data["cards"]
+
+
 # --- the Catalog's settings -------------------------------------------------------------------------
 
 
