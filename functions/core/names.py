@@ -6,6 +6,7 @@ it appears — Node labels, ResourceFlavors, ClusterQueues, LocalQueues, Pods.
 
 from __future__ import annotations
 
+import functools
 import re
 
 GENERIC = "generic"
@@ -22,6 +23,8 @@ _TRAILING_WORDS = re.compile(r"(?:\s+(?:CPU|Processor)|\s+\d+-Cores?)+$")
 _SEPARATORS = "-_."
 
 
+# A fleet has a handful of product and CPU names, read again for every card of every node.
+@functools.lru_cache(maxsize=1024)
 def normalize_name(name: str, prefix: str = "", max_len: int = 0, strip_cruft: bool = False) -> str:
     """Turn a product or CPU name into a key fragment (`NVIDIA A10G` → `a10g` with prefix nvidia)."""
     if strip_cruft:

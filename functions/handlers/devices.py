@@ -102,7 +102,10 @@ def compose(request: Request) -> Desired:
         return keep_observed(request, desired)
     digest = inputs_digest(request, settings)
     try:
-        spec = parse_devices(request.xr.to_dict())
+        # Only what the spec is read from: the status (the last ledger) is as large again.
+        spec = parse_devices(
+            {part: request.xr.view(part).to_dict() for part in ("metadata", "spec")}
+        )
     except SpecError as error:
         raise InputError(
             error.path, f"{error.problem}; the node agent writes this field"
