@@ -31,7 +31,7 @@ from functions.core.status import summary as node_summary
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, as_desired, catalog_settings, observed_status
-from functions.views import View
+from functions.views import View, plain
 
 TTL = datetime.timedelta(minutes=5)
 WORKER, DEVICE_MANAGER, SUMMARY = "worker", "device-manager", "summary"
@@ -103,9 +103,7 @@ def compose(request: Request) -> Desired:
     digest = inputs_digest(request, settings)
     try:
         # Only what the spec is read from: the status (the last ledger) is as large again.
-        spec = parse_devices(
-            {part: request.xr.view(part).to_dict() for part in ("metadata", "spec")}
-        )
+        spec = parse_devices({part: plain(request.xr.get(part)) for part in ("metadata", "spec")})
     except SpecError as error:
         raise InputError(
             error.path, f"{error.problem}; the node agent writes this field"
