@@ -13,9 +13,12 @@ sharing mode the ledger knows is allocated somewhere. Each node has:
   addresses, node info, 20 images; managedFields left out, as in every object here);
 - on every fourth node a KubeVirt launcher Pod holding two passthrough H100s.
 
-Every Node carries virt-handler's `kubevirt.io/schedulable: "true"`, as KubeVirt's default
-placement (virt-handler on every node) labels them; `vm_nodes_only()` gives the cluster whose
-virt-handler is placed on the quarter of nodes that serve VMs (those with launchers).
+Every fourth node serves VMs: the GPU Operator runs it in vm-passthrough mode, so its sandbox
+device plugin advertises the passthrough resource and labels it so
+(`nvidia.com/gpu.deploy.sandbox-device-plugin`); the others run in container mode. Every Node
+carries virt-handler's `kubevirt.io/schedulable: "true"`, as KubeVirt's default placement
+(virt-handler on every node) labels them; `vm_nodes_only()` gives the cluster whose
+virt-handler is placed on the quarter of nodes that serve VMs.
 
 `before()` gives the Devices as release 0.1.x stored them (no summary ConfigMap, no `inputs`
 digest): what a pool reconcile carried until now. Objects are built once per shape and stamped
@@ -38,6 +41,10 @@ TOKEN = "@@@@@"  # five characters, replaced by the node's number
 PRODUCT = "NVIDIA H100 80GB HBM3"
 A_KEY = "nvidia-h100-80gb-hbm3"
 VM_RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"  # KubeVirt's passthrough resource for it
+# The GPU Operator's workload config per node: its sandbox device plugin, which advertises the
+# VM resource, runs on the VM nodes; its container device plugin on the others.
+GPU_OPERATOR_VM_NODE = {"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}
+GPU_OPERATOR_CONTAINER_NODE = {"nvidia.com/gpu.deploy.device-plugin": "true"}
 SYSTEM = "gpustack-system"
 CPUS = (
     {"vendor": "Intel", "modelName": "Intel(R) Xeon(R) Platinum 8480+", "family": "6",
@@ -270,7 +277,7 @@ def node_object(cpu: int) -> dict[str, Any]:
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.memory": "81559",
         "nvidia.com/cuda.driver.major": "580",
-        "nvidia.com/gpu.deploy.sandbox-device-plugin": "true",
+        **GPU_OPERATOR_VM_NODE,  # left on the VM nodes only (container_mode)
         "gpustack.ai/managed": "true",
         f"general.feature.gpustack.ai/{g_key}": "true",
         f"acceleratable.feature.gpustack.ai/{A_KEY}": "true",
@@ -430,6 +437,17 @@ RUNTIME_CLASS = {
 VM_NODES_EVERY = 4  # launchers run on every fourth node: the VM nodes
 
 
+def container_mode(node: dict[str, Any]) -> None:
+    """A node the GPU Operator runs in container mode: no sandbox device plugin, so no VM
+    resource advertised."""
+    labels = node["metadata"]["labels"]
+    for key in GPU_OPERATOR_VM_NODE:
+        del labels[key]
+    labels.update(GPU_OPERATOR_CONTAINER_NODE)
+    for part in ("capacity", "allocatable"):
+        node["status"][part].pop(VM_RESOURCE)
+
+
 def vm_nodes_only(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The Nodes as virt-handler placed on the VM nodes alone labels them: the others carry no
     `kubevirt.io/schedulable` (copies; the cluster's own Nodes are left as they are)."""
@@ -489,6 +507,9 @@ def build(nodes: int) -> Cluster:
         number = f"{index:05d}"
         for kind, text in zip(kinds, texts, strict=True):
             cluster.objects[kind].append(json.loads(text.replace(TOKEN, number)))
+    for index, node in enumerate(cluster.objects["Node"]):
+        if index % VM_NODES_EVERY:
+            container_mode(node)
     cluster.objects["Pod"] = [launcher_pod(i) for i in range(0, nodes, VM_NODES_EVERY)]
     cluster.objects["GPUClass"] = copy.deepcopy(GPU_CLASSES)
     cluster.objects["KubeVirt"] = [copy.deepcopy(KUBEVIRT)]

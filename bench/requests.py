@@ -21,7 +21,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from bench.cluster import A_KEY, Cluster, node_name, vm_nodes_only
+from bench.cluster import A_KEY, GPU_OPERATOR_VM_NODE, Cluster, node_name, vm_nodes_only
 from functions import pipeline
 from functions.server import run_function
 from functions.views import StructView
@@ -197,6 +197,9 @@ def build_all(cluster: Cluster) -> dict[str, Built]:
     found["gpuclass, VM nodes only"] = settled(
         "gpuclass", gpu_class(cluster), vm_nodes_index(index)
     )
+    found["gpuclass, vmNodeSelector"] = settled(
+        "gpuclass", gpu_class(cluster), vm_node_selector_index(index)
+    )
     classes = index.by_kind[("cozystack.io/v1alpha1", "GPUClass")]
     _, rsp, _ = reconcile("gpuclass", classes[0], {}, index)
     classes[0] = with_status(classes[0], rsp)  # a VM reads its per-VM limit there
@@ -217,6 +220,19 @@ def vm_nodes_index(index: Index) -> Index:
     found = copy.copy(index)
     found.by_kind = dict(index.by_kind)
     found.by_kind[("v1", "Node")] = vm_nodes_only(index.by_kind[("v1", "Node")])
+    found.cache = {}
+    return found
+
+
+def vm_node_selector_index(index: Index) -> Index:
+    """The same cluster (virt-handler on every node) with the Catalog's vmNodeSelector set to
+    the GPU Operator's label of the VM nodes."""
+    found = copy.copy(index)
+    found.by_kind = dict(index.by_kind)
+    key = ("worker.gpustack.ai/v1alpha1", "Catalog")
+    catalog = copy.deepcopy(index.by_kind[key][0])
+    catalog["spec"]["vmNodeSelector"] = dict(GPU_OPERATOR_VM_NODE)
+    found.by_kind[key] = [catalog]
     found.cache = {}
     return found
 

@@ -65,6 +65,12 @@ def gpu_class(**spec: Any) -> dict[str, Any]:
     return obj
 
 
+def catalog(**spec: Any) -> dict[str, Any]:
+    obj = example("catalog.yaml")
+    obj["spec"].update(spec)
+    return obj
+
+
 def cluster_queue(*covered: str) -> dict[str, Any]:
     """A ClusterQueue whose one flavor gives quota for cpu only, covering `covered`."""
     return {
@@ -216,6 +222,18 @@ CASES = [
             **instance_type(),
             "metadata": {"name": LONG_TYPE, "labels": {"crossplane.io/composite": "default"}},
         },
+    ),
+    Case(
+        "the Catalog's vmNodeSelector keys are label keys",
+        write=catalog(vmNodeSelector={"gpu nodes": "true"}),
+        refused="spec.vmNodeSelector: Invalid value: \"object\": a label key is an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+        valid=catalog(vmNodeSelector={"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}),
+    ),
+    Case(
+        "the Catalog's vmNodeSelector values are label values",
+        write=catalog(vmNodeSelector={"pool": "vm nodes"}),
+        refused="spec.vmNodeSelector[pool]: Invalid value: \"vm nodes\": spec.vmNodeSelector[pool] in body should match '^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$'",
+        valid=catalog(vmNodeSelector={"pool": "vm-nodes", "empty": ""}),
     ),
     Case(
         "a ClusterQueue's flavors give quota for every covered resource (Kueue's rule)",

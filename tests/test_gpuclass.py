@@ -71,13 +71,65 @@ def test_only_nodes_where_virt_handler_runs_count(world):
     assert (status["free"], status["maxPerNode"]) == (0, 0)
 
 
-def test_the_class_requires_only_nodes_that_can_run_vmis():
+SCHEDULABLE = {"kubevirt.io/schedulable": "true"}
+SANDBOX = {"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}  # the GPU Operator's VM nodes
+
+
+@pytest.mark.parametrize(
+    ("catalogs", "nodes"),
+    [
+        # Before the Catalog is read no Node is asked for: its vmNodeSelector says which.
+        pytest.param(None, None, id="catalog not read yet"),
+        pytest.param([], SCHEDULABLE, id="no Catalog: every node virt-handler runs on"),
+        pytest.param([{"spec": {}}], SCHEDULABLE, id="no selector set"),
+        pytest.param(
+            [{"spec": {"vmNodeSelector": SANDBOX}}], {**SANDBOX, **SCHEDULABLE}, id="selector set"
+        ),
+        pytest.param(
+            [{"spec": {"vmNodeSelector": {"kubevirt.io/schedulable": "false"}}}],
+            SCHEDULABLE,
+            id="KubeVirt's own label cannot be overridden",
+        ),
+        pytest.param(
+            [{"spec": {"vmNodeSelector": {"bad key": "x"}}}],
+            SCHEDULABLE,
+            id="unreadable selector: the defaults (the Catalog's reconcile refuses it)",
+        ),
+    ],
+)
+def test_the_class_requires_only_nodes_that_can_run_vmis(catalogs, nodes):
     from functions.handlers import gpuclass
     from functions.handlers.base import Request
 
     offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
-    nodes = gpuclass.requirements(Request.of(offer))["nodes"]
-    assert (nodes.kind, nodes.match_labels) == ("Node", {"kubevirt.io/schedulable": "true"})
+    catalog = [{"metadata": {"name": "default"}, **c} for c in catalogs or ()]
+    request = Request.of(offer, required={"catalog": catalog if catalogs is not None else None})
+    found = gpuclass.requirements(request).get("nodes")
+    assert (found.kind, found.match_labels) == ("Node", nodes) if nodes else found is None
+
+
+def test_the_catalogs_vm_node_selector_leaves_other_nodes_out(world):
+    """A fleet labels the nodes that serve VM GPUs (the GPU Operator's sandbox device plugin
+    runs there); with the Catalog's vmNodeSelector set, only those are counted — and only those
+    are in the class's request."""
+    world.apply(
+        {
+            "apiVersion": "worker.gpustack.ai/v1alpha1",
+            "kind": "Catalog",
+            "metadata": {"name": "default"},
+            "spec": {"vmNodeSelector": SANDBOX},
+        }
+    )
+    world.reconcile()
+    status = world.get("GPUClass", "example-whole-gpu")["status"]
+    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (0, 0, 0)
+
+    gpu_a = world.get("Node", "gpu-a")
+    gpu_a["metadata"]["labels"].update(SANDBOX)
+    world.api.update(gpu_a)
+    world.reconcile()
+    status = world.get("GPUClass", "example-whole-gpu")["status"]
+    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (3, 3, 4)
 
 
 def test_an_unpermitted_resource_is_reported(world):

@@ -450,6 +450,50 @@ def test_settings_keep_their_defaults_and_refuse_a_wrong_type_by_field():
     assert error.value.field == "spec.systemNamespace"
 
 
+@pytest.mark.parametrize(
+    ("selector", "field", "message"),
+    [
+        (
+            {"gpu nodes": "true"},
+            "spec.vmNodeSelector",
+            "a label key is an optional DNS subdomain and '/', then at most 63 letters, digits, "
+            "'-', '_' or '.', starting and ending with a letter or digit (got 'gpu nodes'); fix "
+            "the Catalog default",
+        ),
+        (
+            {"pool": "vm nodes"},
+            "spec.vmNodeSelector.pool",
+            "a label value is empty or at most 63 letters, digits, '-', '_' or '.', starting and "
+            "ending with a letter or digit (got 'vm nodes'); fix the Catalog default",
+        ),
+        (
+            {"pool": True},
+            "spec.vmNodeSelector.pool",
+            "input should be a valid string, got True; fix the Catalog default",
+        ),
+        (
+            ["nvidia.com/gpu.deploy.sandbox-device-plugin"],
+            "spec.vmNodeSelector",
+            "input should be a valid dictionary, got ['nvidia.com/gpu.deploy.sandbox-device-plugin']"
+            "; fix the Catalog default",
+        ),
+    ],
+)
+def test_the_vm_node_selector_is_refused_by_field_unless_it_is_labels(selector, field, message):
+    with pytest.raises(SettingsError) as error:
+        Settings.from_spec({"vmNodeSelector": selector})
+    assert (error.value.field, error.value.message) == (field, message)
+
+
+def test_the_vm_nodes_are_the_selector_and_kubevirts_own_label():
+    sandbox = {"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}
+    assert Settings().vm_nodes == {"kubevirt.io/schedulable": "true"}
+    assert Settings.from_spec({"vmNodeSelector": sandbox}).vm_nodes == {
+        **sandbox,
+        "kubevirt.io/schedulable": "true",
+    }
+
+
 # --- one unreadable node summary never stops a pool ---------------------------------------------
 
 

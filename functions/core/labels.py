@@ -43,6 +43,9 @@ VIRT_LAUNCHER = {"kubevirt.io": "virt-launcher"}  # KubeVirt's launcher Pods
 # virt-handler's heartbeat on a Node: "true" while it runs there and its heartbeat is fresh.
 # KubeVirt puts it in every virt-launcher Pod's nodeSelector: no other node can run a VMI.
 KUBEVIRT_SCHEDULABLE = {"kubevirt.io/schedulable": "true"}
+# What the NVIDIA GPU Operator labels a node whose GPUs serve VMs (its workload config
+# vm-passthrough or vm-vgpu): its sandbox device plugin runs there and advertises them.
+GPU_OPERATOR_VM_NODE = {"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}
 
 # --- tenants (Cozystack's namespace conventions) -----------------------------------------------
 # A tenant namespace carries `tenant.cozystack.io/<namespace>` for itself and for every ancestor
@@ -58,6 +61,14 @@ COMPOSITE = "crossplane.io/composite"
 COMPOSITION_RESOURCE_NAME = "crossplane.io/composition-resource-name"  # annotation
 
 TRUE, FALSE = "true", "false"
+
+# --- label syntax (Kubernetes' validation of label keys and values) ----------------------------
+# A key: an optional DNS-subdomain prefix and "/", then a name of at most 63 characters.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 
 
 def boolean(value: bool) -> str:

@@ -7,14 +7,36 @@ same defaults are in the Catalog XRD.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from functions.core import dialects, names
+from functions.core import dialects, labels, names
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+LABEL_KEY_RULE = (
+    "a label key is an optional DNS subdomain and '/', then at most 63 letters, digits, '-', "
+    "'_' or '.', starting and ending with a letter or digit"
+)
+LABEL_VALUE_RULE = (
+    "a label value is empty or at most 63 letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit"
+)
+
+
+def _matching(pattern: str, rule: str) -> AfterValidator:
+    def check(text: str) -> str:
+        if re.match(pattern, text) is None:
+            raise ValueError(rule)
+        return text
+
+    return AfterValidator(check)
+
+
+LabelKey = Annotated[str, _matching(labels.LABEL_KEY_PATTERN, LABEL_KEY_RULE)]
+LabelValue = Annotated[str, _matching(labels.LABEL_VALUE_PATTERN, LABEL_VALUE_RULE)]
 
 
 class SettingsError(ValueError):
@@ -46,6 +68,11 @@ class Settings(BaseModel):
     device_plugin: dialects.Name = Field(dialects.DEFAULT, alias="devicePlugin")
     system_namespace: str = Field("gpustack-system", alias="systemNamespace", pattern=DNS_LABEL)
     license_namespace: str = Field("cozy-system", alias="licenseNamespace", pattern=DNS_LABEL)
+    # Labels every node whose GPUs serve VMs carries: a GPUClass requires only the Nodes with
+    # them (beside KubeVirt's own), so its request need not carry the rest of a large fleet.
+    vm_node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, alias="vmNodeSelector", max_length=16
+    )
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None) -> Settings:
@@ -55,13 +82,21 @@ class Settings(BaseModel):
             return cls.model_validate(given)
         except ValidationError as error:
             first = error.errors()[0]
-            where = ".".join(str(part) for part in ("spec", *first["loc"]))
-            raise SettingsError(where, _explain(first)) from error
+            path = [str(part) for part in ("spec", *first["loc"])]
+            if path[-1] == "[key]":  # a map's key: the path is the map's
+                path = path[:-2]
+            raise SettingsError(".".join(path), _explain(first)) from error
 
     @property
     def dialect(self) -> dialects.Dialect:
         """How Instances write their claims for the cluster's device plugin."""
         return dialects.of(self.device_plugin)
+
+    @property
+    def vm_nodes(self) -> dict[str, str]:
+        """The labels of the Nodes a GPUClass counts: the Catalog's `vmNodeSelector` and
+        KubeVirt's heartbeat label, which no setting can override."""
+        return {**self.vm_node_selector, **labels.KUBEVIRT_SCHEDULABLE}
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:
@@ -71,9 +106,11 @@ class Settings(BaseModel):
 
 def _explain(error: Mapping[str, Any]) -> str:
     value = error.get("input")
+    message = error["msg"].removeprefix("Value error, ")
+    message = message[:1].lower() + message[1:]  # pydantic's sentence, inside ours
     if error["type"].endswith("_type"):
-        return f"{error['msg'].lower()}, got {value!r}; fix the Catalog default"
-    return f"{error['msg'].lower()} (got {value!r}); fix the Catalog default"
+        return f"{message}, got {value!r}; fix the Catalog default"
+    return f"{message} (got {value!r}); fix the Catalog default"
 
 
 DEFAULTS = Settings()

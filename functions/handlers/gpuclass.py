@@ -54,14 +54,17 @@ def requirements(request: Request) -> dict[str, Requirement]:
         "catalog": CATALOG,
         "classes": Requirement(apis.GPU_CLASS, "GPUClass"),
         "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
-        "nodes": Requirement(apis.CORE, "Node", match_labels=labels.KUBEVIRT_SCHEDULABLE),
         "launchers": Requirement(apis.CORE, "Pod", match_labels=labels.VIRT_LAUNCHER),
     }
+    if request.required("catalog") is None:
+        # Which Nodes, and where the license is, are the Catalog's to say: asked for once it is
+        # read, so that a large fleet's Nodes are never fetched unselected, not even once.
+        return found
+    settings = catalog_settings(request, Desired())
+    found["nodes"] = Requirement(apis.CORE, "Node", match_labels=settings.vm_nodes)
     secret = request.xr.str("spec", "license", "secretName")
     if secret:
-        # The namespace is the Catalog's licenseNamespace: once the Catalog is read, this
-        # selector stays the same on every later call.
-        namespace = catalog_settings(request, Desired()).license_namespace
+        namespace = settings.license_namespace
         found["license"] = Requirement(apis.CORE, "Secret", match_name=secret, namespace=namespace)
     return found
 
@@ -78,7 +81,8 @@ def compose(request: Request) -> Desired:
     permitted = is_permitted(request.required("kubevirt"), resource)
     license_problem = license_missing(request, spec)
     report(desired, spec, resource, conflict, permitted, license_problem)
-    nodes = [] if conflict else node_units(request, spec, resource, desired)
+    vm_nodes = catalog_settings(request, desired).vm_nodes
+    nodes = [] if conflict else node_units(request, spec, resource, vm_nodes, desired)
     desired.status = {
         "resourceName": resource,
         "free": sum(n.free for n in nodes),
@@ -171,9 +175,15 @@ class NodeUnits:
     free: int
 
 
-def node_units(request: Request, spec: View, resource: str, desired: Desired) -> list[NodeUnits]:
-    """Units of `resource` on each eligible node that advertises it; a node whose allocatable
-    cannot be read is left out and named in a Warning.
+def node_units(
+    request: Request,
+    spec: View,
+    resource: str,
+    vm_nodes: Mapping[str, str],
+    desired: Desired,
+) -> list[NodeUnits]:
+    """Units of `resource` on each eligible node (labelled `vm_nodes`) that advertises it; a
+    node whose allocatable cannot be read is left out and named in a Warning.
 
     Nodes are read in the order they came (sums do not depend on it; only the Warnings are
     sorted), and a node that does not advertise the resource is passed over before anything
@@ -183,7 +193,7 @@ def node_units(request: Request, spec: View, resource: str, desired: Desired) ->
     found, unreadable = [], []
     for node in map(view_of, request.required_objects("nodes") or ()):
         allocatable = node.get("status", "allocatable", resource)
-        if allocatable is None or not eligible(node, tolerations):
+        if allocatable is None or not eligible(node, vm_nodes, tolerations):
             continue
         try:
             total = quantity.device_count(allocatable)
@@ -223,13 +233,14 @@ def units_requested(pod: View, resource: str) -> int:
     return total
 
 
-def eligible(node: View, tolerations: list[Mapping[str, Any]]) -> bool:
-    """KubeVirt-schedulable, Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated
-    by the class. (The label is checked here as well as selected: a caller that did not keep
-    to the selector must not have other nodes counted.)"""
+def eligible(node: View, vm_nodes: Mapping[str, str], tolerations: list[Mapping[str, Any]]) -> bool:
+    """Labelled `vm_nodes` (KubeVirt-schedulable, and the Catalog's vmNodeSelector), Ready,
+    not cordoned, and every NoSchedule/NoExecute taint tolerated by the class. (The labels are
+    checked here as well as selected: a caller that did not keep to the selector must not have
+    other nodes counted.)"""
     if any(
         node.get("metadata", "labels", key) != value  # one label read, not every label
-        for key, value in labels.KUBEVIRT_SCHEDULABLE.items()
+        for key, value in vm_nodes.items()
     ):
         return False
     if condition(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
