@@ -132,6 +132,80 @@ def test_the_catalogs_vm_node_selector_leaves_other_nodes_out(world):
     assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (3, 3, 4)
 
 
+def fleet(count: int, advertised: dict[str, str]) -> list[dict]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"node-{i:05d}",
+                "labels": {**SCHEDULABLE, **(SANDBOX if advertised else {})},
+            },
+            "status": {
+                "allocatable": {"cpu": "64", **advertised},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        for i in range(count)
+    ]
+
+
+UNSELECTED = (
+    "this class reads 1,250 Nodes, 1,000 of which advertise no resource KubeVirt permits: set "
+    "the Catalog's vmNodeSelector to a label only the VM nodes carry (with the NVIDIA GPU "
+    'Operator, nvidia.com/gpu.deploy.sandbox-device-plugin: "true"); a class\'s request '
+    "carries every Node it reads, and stops arriving past the function's 64 MiB receive limit "
+    "(about 7,000 Nodes)"
+)
+
+
+@pytest.mark.parametrize(
+    ("idle", "vm_nodes", "catalog", "warned"),
+    [
+        pytest.param(1000, {"example.com/whole-gpu": "4"}, {}, True, id="1,000 idle Nodes"),
+        pytest.param(999, {"example.com/whole-gpu": "4"}, {}, False, id="999 idle Nodes"),
+        pytest.param(
+            1000,
+            {"example.com/whole-gpu": "4"},
+            {"vmNodeSelector": SANDBOX},
+            False,
+            id="a selector is set",
+        ),
+        pytest.param(
+            0,
+            {"example.com/licensed-vgpu": "8"},
+            {},
+            False,
+            id="every Node serves another class",
+        ),
+    ],
+)
+def test_a_class_reading_many_nodes_that_serve_no_vm_says_to_select(
+    idle, vm_nodes, catalog, warned
+):
+    """Nodes that advertise no resource KubeVirt permits can serve no VM, yet each is carried
+    whole by every reconcile: past 1,000 of them, a Warning names the setting that leaves them
+    out (counted only while no selector is set)."""
+    from functions.handlers import gpuclass
+    from functions.handlers.base import Request
+
+    offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
+    kubevirt = next(d for d in load_documents(EXAMPLES / "cluster.yaml") if d["kind"] == "KubeVirt")
+    nodes = fleet(idle, {}) + fleet(250 if idle else 1250, vm_nodes)
+    required = {
+        "catalog": [{"metadata": {"name": "default"}, "spec": catalog}],
+        "classes": [offer],
+        "kubevirt": [kubevirt],
+        "nodes": nodes,
+        "launchers": [],
+    }
+    request = Request.of(offer, required=required)
+    desired = gpuclass.compose(request.with_requirements(gpuclass.requirements(request)))
+    found = [r.message for r in desired.results if r.reason == "VMNodesUnselected"]
+    assert found == ([UNSELECTED] if warned else [])
+    assert desired.status["maxPerNode"] == (4 if "example.com/whole-gpu" in vm_nodes else 0)
+
+
 def test_an_unpermitted_resource_is_reported(world):
     message = conditions(world, "example-byol-vgpu")["ResourceNameNotPermitted"]
     assert message == (

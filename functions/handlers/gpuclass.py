@@ -78,11 +78,14 @@ def compose(request: Request) -> Desired:
     spec = request.xr.view("spec")
     resource = spec.str("source", "devicePlugin", "resourceName")
     conflict = conflicting_class_of(request.xr, request.required("classes") or [])
-    permitted = is_permitted(request.required("kubevirt"), resource)
+    vm_resources = permitted_resources(request.required("kubevirt"))
+    permitted = resource in vm_resources
     license_problem = license_missing(request, spec)
     report(desired, spec, resource, conflict, permitted, license_problem)
-    vm_nodes = catalog_settings(request, desired).vm_nodes
-    nodes = [] if conflict else node_units(request, spec, resource, vm_nodes, desired)
+    settings = catalog_settings(request, desired)
+    nodes = [] if conflict else node_units(request, spec, resource, settings.vm_nodes, desired)
+    if not settings.vm_node_selector:
+        unselected_nodes(request, vm_resources, desired)
     desired.status = {
         "resourceName": resource,
         "free": sum(n.free for n in nodes),
@@ -143,13 +146,41 @@ def conflicting_class_of(gpu_class: View, classes: list[View]) -> str | None:
     return None
 
 
-def is_permitted(kubevirts: list[View] | None, resource: str) -> bool:
+def permitted_resources(kubevirts: list[View] | None) -> set[str]:
+    """The resources the KubeVirt CR's permittedHostDevices lets VMs take."""
+    found = set()
     for kubevirt in kubevirts or []:
         devices = kubevirt.view("spec", "configuration", "permittedHostDevices")
         for kind in ("pciHostDevices", "mediatedDevices", "usb"):
-            if any(d.str("resourceName") == resource for d in devices.list(kind).views()):
-                return True
-    return False
+            found.update(d.str("resourceName") for d in devices.list(kind).views())
+    found.discard("")
+    return found
+
+
+# A class reads each Node whole, about 9 KiB: this many Nodes that can serve no VM are worth a
+# selector long before the request passes the 64 MiB receive limit (about 7,000 Nodes).
+IDLE_NODES_WORTH_SELECTING = 1000
+
+
+def unselected_nodes(request: Request, vm_resources: set[str], desired: Desired) -> None:
+    """A Warning when the class, with no vmNodeSelector, reads many Nodes that advertise no
+    resource KubeVirt permits: Nodes that can serve no VM, carried by every reconcile."""
+    nodes = request.required_objects("nodes") or ()
+    if len(nodes) < IDLE_NODES_WORTH_SELECTING:
+        return
+    idle = sum(
+        not any(node.has("status", "allocatable", r) for r in vm_resources)
+        for node in map(view_of, nodes)
+    )
+    if idle >= IDLE_NODES_WORTH_SELECTING:
+        desired.warning(
+            f"this class reads {len(nodes):,} Nodes, {idle:,} of which advertise no resource "
+            "KubeVirt permits: set the Catalog's vmNodeSelector to a label only the VM nodes "
+            'carry (with the NVIDIA GPU Operator, nvidia.com/gpu.deploy.sandbox-device-plugin: "true"); '
+            "a class's request carries every Node it reads, and stops arriving past the "
+            "function's 64 MiB receive limit (about 7,000 Nodes)",
+            reasons.VM_NODES_UNSELECTED,
+        )
 
 
 def license_missing(request: Request, spec: View) -> str | None:

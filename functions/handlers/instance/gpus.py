@@ -189,7 +189,7 @@ def class_refusal(at: str, name: str, gpu_class: View | None, offers: Offers) ->
             f"GPU class {name} is not available: class {other} already uses its resource {resource}"
         )
         return Refusal(at, message, reasons.GPU_CLASS_CONFLICT)
-    if not gpuclass.is_permitted(offers.kubevirts, resource):
+    if resource not in gpuclass.permitted_resources(offers.kubevirts):
         message = f"GPU class {name}: its resource {resource} is missing from KubeVirt's permitted-device table"
         return Refusal(at, message, reasons.RESOURCE_NOT_PERMITTED)
     if gpu_class.str("spec", "mode") == "vgpu" and offers.vgpu_bar is not None:
