@@ -60,7 +60,7 @@ def test_parse(text, value):
     assert quantity.parse(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "Gi", "1.2.3", "64gi", "abc", "1 Gi"])
+@pytest.mark.parametrize("text", ["", "Gi", "1.2.3", "64gi", "abc", "1 Gi", "٣Gi", "１２"])
 def test_parse_rejects_what_kubernetes_rejects(text):
     with pytest.raises(quantity.QuantityError, match="is not a quantity"):
         quantity.parse(text)

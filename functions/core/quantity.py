@@ -27,9 +27,10 @@ DECIMAL_SUFFIXES = {
 _DECIMAL_BY_EXPONENT = {exp: suffix for suffix, exp in DECIMAL_SUFFIXES.items()}
 _BINARY_BY_POWER = {power: suffix for suffix, power in BINARY_SUFFIXES.items()}
 
-_QUANTITY = re.compile(
+_QUANTITY = re.compile(  # ASCII: Kubernetes reads digits 0-9 only, never "٣" or "３"
     r"^(?P<sign>[+-]?)(?P<number>\d+(?:\.\d*)?|\.\d+)"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?\d+))?$"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exponent>[+-]?\d+))?$",
+    re.ASCII,
 )
 
 GIB = 1024**3
@@ -54,51 +55,52 @@ def parse(value: str | int | float | Fraction) -> Fraction:
     match = _QUANTITY.match(value.strip()) if isinstance(value, str) else None
     if match is None:
         raise QuantityError(f"{value!r} is not a quantity (expected e.g. 8, 500m, 64Gi)")
-    number = Fraction(match["number"])
-    suffix, exponent = match["suffix"], match["exponent"]
+    digits, suffix, exponent = match["number"], match["suffix"], match["exponent"]
+    # Integers first: nearly every quantity is a whole number of its unit ("64Gi", "800m").
+    number: int | Fraction = int(digits) if digits.isdigit() else Fraction(digits)
     if suffix in BINARY_SUFFIXES:
         number *= 1024 ** BINARY_SUFFIXES[suffix]
-    elif suffix is not None:
-        number *= Fraction(10) ** DECIMAL_SUFFIXES[suffix]
-    elif exponent is not None:
-        number *= Fraction(10) ** int(exponent)
-    return -number if match["sign"] == "-" else number
+    elif suffix is not None or exponent is not None:
+        power = DECIMAL_SUFFIXES[suffix] if suffix is not None else int(exponent)
+        number = number * 10**power if power >= 0 else Fraction(number, 10**-power)
+    return Fraction(-number if match["sign"] == "-" else number)
 
 
 def format_decimal(value: int | Fraction) -> str:
     """Render in DecimalSI canonical form: the largest power of 1000 that keeps an integer."""
-    value = Fraction(value)
     if value == 0:
         return "0"
     sign = "-" if value < 0 else ""
-    value = abs(value)
-    if value.denominator == 1:  # the common case, in integers: strip thousands up to exa
-        number, exponent = value.numerator, 0
+    value = -value if value < 0 else value
+    if isinstance(value, int) or value.denominator == 1:  # the common case, in integers:
+        number, exponent = int(value), 0  # strip thousands up to exa
         while exponent < 18 and number % 1000 == 0:
             number, exponent = number // 1000, exponent + 3
         return f"{sign}{number}{_DECIMAL_BY_EXPONENT[exponent]}"
-    # Below one, Kubernetes rounds up to the smallest representable unit (nano).
-    for exponent in (18, 15, 12, 9, 6, 3, 0, -3, -6, -9):
-        mantissa = value / Fraction(10) ** exponent
-        if mantissa.denominator == 1:
-            return f"{sign}{mantissa.numerator}{_DECIMAL_BY_EXPONENT[exponent]}"
-    nanos = -(-value * 10**9 // 1)
+    # Not a whole number: only milli, micro or nano can make it one, in integers; past nano,
+    # Kubernetes rounds up to the smallest representable unit.
+    numerator, denominator = value.numerator, value.denominator
+    for exponent in (-3, -6, -9):
+        scaled = numerator * 10**-exponent
+        if scaled % denominator == 0:
+            return f"{sign}{scaled // denominator}{_DECIMAL_BY_EXPONENT[exponent]}"
+    nanos = -(-numerator * 10**9 // denominator)
     return f"{sign}{nanos}n"
 
 
 def format_binary(value: int | Fraction) -> str:
     """Render in BinarySI canonical form (`64Gi`); values that no power of 1024 divides stay plain."""
-    value = Fraction(value)
-    if value.denominator != 1:
-        return format_decimal(value)
-    number = value.numerator
-    if number == 0:
+    if not isinstance(value, int):
+        if value.denominator != 1:
+            return format_decimal(value)
+        value = value.numerator
+    if value == 0:
         return "0"
     for power in (6, 5, 4, 3, 2, 1):
         unit = 1024**power
-        if abs(number) >= unit and number % unit == 0:
-            return f"{number // unit}{_BINARY_BY_POWER[power]}"
-    return str(number)
+        if abs(value) >= unit and value % unit == 0:
+            return f"{value // unit}{_BINARY_BY_POWER[power]}"
+    return str(value)
 
 
 def format_mebibytes(mib: int) -> str:
