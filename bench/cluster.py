@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.core import mig
+from functions.core.labels import GPU_OPERATOR_VM_NODE
 from functions.handlers import HANDLERS
 from functions.handlers.base import Request
 
@@ -42,8 +43,8 @@ PRODUCT = "NVIDIA H100 80GB HBM3"
 A_KEY = "nvidia-h100-80gb-hbm3"
 VM_RESOURCE = "nvidia.com/GH100_H100_SXM5_80GB"  # KubeVirt's passthrough resource for it
 # The GPU Operator's workload config per node: its sandbox device plugin, which advertises the
-# VM resource, runs on the VM nodes; its container device plugin on the others.
-GPU_OPERATOR_VM_NODE = {"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}
+# VM resource, runs on the VM nodes (labelled GPU_OPERATOR_VM_NODE); its container device
+# plugin on the others.
 GPU_OPERATOR_CONTAINER_NODE = {"nvidia.com/gpu.deploy.device-plugin": "true"}
 SYSTEM = "gpustack-system"
 CPUS = (

@@ -21,8 +21,9 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from bench.cluster import A_KEY, GPU_OPERATOR_VM_NODE, Cluster, node_name, vm_nodes_only
+from bench.cluster import A_KEY, Cluster, node_name, vm_nodes_only
 from functions import pipeline
+from functions.core.labels import GPU_OPERATOR_VM_NODE
 from functions.server import run_function
 from functions.views import StructView
 

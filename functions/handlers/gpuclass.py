@@ -160,6 +160,7 @@ def permitted_resources(kubevirts: list[View] | None) -> set[str]:
 # A class reads each Node whole, about 9 KiB: this many Nodes that can serve no VM are worth a
 # selector long before the request passes the 64 MiB receive limit (about 7,000 Nodes).
 IDLE_NODES_WORTH_SELECTING = 1000
+GPU_OPERATOR_HINT = ", ".join(f'{k}: "{v}"' for k, v in labels.GPU_OPERATOR_VM_NODE.items())
 
 
 def unselected_nodes(request: Request, vm_resources: set[str], desired: Desired) -> None:
@@ -176,7 +177,7 @@ def unselected_nodes(request: Request, vm_resources: set[str], desired: Desired)
         desired.warning(
             f"this class reads {len(nodes):,} Nodes, {idle:,} of which advertise no resource "
             "KubeVirt permits: set the Catalog's vmNodeSelector to a label only the VM nodes "
-            'carry (with the NVIDIA GPU Operator, nvidia.com/gpu.deploy.sandbox-device-plugin: "true"); '
+            f"carry (with the NVIDIA GPU Operator, {GPU_OPERATOR_HINT}); "
             "a class's request carries every Node it reads, and stops arriving past the "
             "function's 64 MiB receive limit (about 7,000 Nodes)",
             reasons.VM_NODES_UNSELECTED,
