@@ -105,13 +105,15 @@ def test_the_class_requires_only_nodes_that_can_run_vmis(catalogs, nodes):
     catalog = [{"metadata": {"name": "default"}, **c} for c in catalogs or ()]
     request = Request.of(offer, required={"catalog": catalog if catalogs is not None else None})
     found = gpuclass.requirements(request).get("nodes")
-    assert (found.kind, found.match_labels) == ("Node", nodes) if nodes else found is None
+    if nodes is None:
+        assert found is None
+    else:
+        assert (found.kind, found.match_labels) == ("Node", nodes)
 
 
 def test_the_catalogs_vm_node_selector_leaves_other_nodes_out(world):
     """A fleet labels the nodes that serve VM GPUs (the GPU Operator's sandbox device plugin
-    runs there); with the Catalog's vmNodeSelector set, only those are counted — and only those
-    are in the class's request."""
+    runs there); with the Catalog's vmNodeSelector set, only those are counted."""
     world.apply(
         {
             "apiVersion": "worker.gpustack.ai/v1alpha1",
