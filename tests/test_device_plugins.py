@@ -289,3 +289,87 @@ def test_a_key_the_gpu_operators_plugin_does_not_advertise_stays_pending():
     scheduled = next(c for c in status["conditions"] if c["type"] == "PodScheduled")
     assert (status["phase"], scheduled["reason"]) == ("Pending", "Unschedulable")
     assert "3 Insufficient nvidia.com/gpu.sliced" in scheduled["message"]
+
+
+# --- the GPU Operator's node labels (the simulator's stand-in, from the operator's source) ------
+
+NFD_GPU = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+SANDBOX_ON = {"enabled": True, "defaultWorkload": "container"}
+
+
+@pytest.mark.parametrize(
+    ("labels", "sandbox", "present", "deployed"),
+    [
+        pytest.param({}, SANDBOX_ON, None, set(), id="no NVIDIA device: left alone"),
+        pytest.param(NFD_GPU, {}, "true", {"device-plugin"}, id="sandbox workloads off"),
+        pytest.param(
+            {**NFD_GPU, "nvidia.com/gpu.workload.config": "vm-passthrough"},
+            {},
+            "true",
+            {"device-plugin"},
+            id="a VM config is ignored while sandbox workloads are off",
+        ),
+        pytest.param(
+            {**NFD_GPU, "nvidia.com/gpu.workload.config": "vm-passthrough"},
+            SANDBOX_ON,
+            "true",
+            {"sandbox-device-plugin", "vfio-manager"},
+            id="vm-passthrough",
+        ),
+        pytest.param(
+            {**NFD_GPU, "nvidia.com/gpu.workload.config": "vm-vgpu"},
+            SANDBOX_ON,
+            "true",
+            {"sandbox-device-plugin", "vgpu-manager"},
+            id="vm-vgpu",
+        ),
+        pytest.param(
+            {**NFD_GPU, "nvidia.com/gpu.workload.config": "vm-bogus"},
+            {"enabled": True, "defaultWorkload": "vm-passthrough"},
+            "true",
+            {"sandbox-device-plugin"},
+            id="an unknown config takes the default workload",
+        ),
+        pytest.param(
+            {
+                "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.deploy.sandbox-device-plugin": "true",
+            },
+            SANDBOX_ON,
+            "false",
+            set(),
+            id="a node that lost its GPUs loses every state label",
+        ),
+        pytest.param(
+            {
+                **NFD_GPU,
+                "nvidia.com/gpu.workload.config": "vm-passthrough",
+                "nvidia.com/gpu.deploy.operands": "false",
+            },
+            SANDBOX_ON,
+            "true",
+            set(),
+            id="operands off",
+        ),
+    ],
+)
+def test_the_gpu_operator_labels_each_node_by_its_workload_config(
+    labels, sandbox, present, deployed
+):
+    from functions.simulate.gpuoperator import node_labels
+
+    found = node_labels(labels, sandbox)
+    assert found.get("nvidia.com/gpu.present") == present
+    deploy = "nvidia.com/gpu.deploy."
+    on = {k.removeprefix(deploy) for k, v in found.items() if k.startswith(deploy) and v == "true"}
+    assert deployed <= on
+    assert ("sandbox-device-plugin" in on) == ("sandbox-device-plugin" in deployed)
+    assert ("device-plugin" in on) == ("device-plugin" in deployed)
+
+
+def test_the_gpu_operator_honours_a_state_label_already_set():
+    """A state label the admin set (to keep one operand off, say) keeps its value."""
+    from functions.simulate.gpuoperator import node_labels
+
+    held = {**NFD_GPU, "nvidia.com/gpu.deploy.dcgm-exporter": "false"}
+    assert node_labels(held, {})["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"

@@ -111,27 +111,48 @@ def test_the_class_requires_only_nodes_that_can_run_vmis(catalogs, nodes):
         assert (found.kind, found.match_labels) == ("Node", nodes)
 
 
-def test_the_catalogs_vm_node_selector_leaves_other_nodes_out(world):
-    """A fleet labels the nodes that serve VM GPUs (the GPU Operator's sandbox device plugin
-    runs there); with the Catalog's vmNodeSelector set, only those are counted."""
+def test_the_catalogs_vm_node_selector_counts_the_gpu_operators_vm_nodes(world):
+    """With the GPU Operator's sandbox workloads, the operator labels each GPU node by its
+    workload config; a Catalog whose vmNodeSelector is the VM nodes' label counts a node only
+    while the operator runs it for VMs."""
+    policy = {"sandboxWorkloads": {"enabled": True, "defaultWorkload": "container"}}
     world.apply(
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "p"},
+            "spec": policy,
+        },
         {
             "apiVersion": "worker.gpustack.ai/v1alpha1",
             "kind": "Catalog",
             "metadata": {"name": "default"},
             "spec": {"vmNodeSelector": SANDBOX},
-        }
+        },
     )
-    world.reconcile()
-    status = world.get("GPUClass", "example-whole-gpu")["status"]
-    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (0, 0, 0)
 
-    gpu_a = world.get("Node", "gpu-a")
-    gpu_a["metadata"]["labels"].update(SANDBOX)
-    world.api.update(gpu_a)
-    world.reconcile()
-    status = world.get("GPUClass", "example-whole-gpu")["status"]
-    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (3, 3, 4)
+    def label_gpu_a(**labels: str) -> tuple[int, int, int]:
+        node = world.get("Node", "gpu-a")
+        node["metadata"]["labels"].update(labels)
+        world.api.update(node)
+        world.reconcile()
+        status = world.get("GPUClass", "example-whole-gpu")["status"]
+        return status["free"], status["maxFreePerNode"], status["maxPerNode"]
+
+    # NFD finds an NVIDIA device: a GPU node, run for containers by default.
+    assert label_gpu_a(**{"feature.node.kubernetes.io/pci-10de.present": "true"}) == (0, 0, 0)
+    assert (
+        world.get("Node", "gpu-a")["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"]
+        == "true"
+    )
+    # The admin runs it for VMs: the operator moves it to its sandbox device plugin.
+    assert label_gpu_a(**{"nvidia.com/gpu.workload.config": "vm-passthrough"}) == (3, 3, 4)
+    assert (
+        "nvidia.com/gpu.deploy.device-plugin"
+        not in world.get("Node", "gpu-a")["metadata"]["labels"]
+    )
+    # Operands turned off on the node: no plugin, so no VM GPUs counted there.
+    assert label_gpu_a(**{"nvidia.com/gpu.deploy.operands": "false"}) == (0, 0, 0)
 
 
 def fleet(count: int, advertised: dict[str, str]) -> list[dict]:

@@ -2,9 +2,10 @@
 the controllers around it, settling round by round.
 
 Each round, in the order a real cluster would get there: Crossplane reconciles every composite;
-NFD labels the nodes; storage binds claims; KubeVirt starts launchers; Kueue gates, admits and
-accounts; the scheduler binds; the kubelet starts Pods with their devices; the node agents
-report allocations. `reconcile()` runs rounds until nothing changes. Nothing here decides a
+NFD labels the nodes, and the GPU Operator (where a ClusterPolicy installs it) by NFD's labels;
+storage binds claims; KubeVirt starts launchers; Kueue gates, admits and accounts; the
+scheduler binds; the kubelet starts Pods with their devices; the node agents report
+allocations. `reconcile()` runs rounds until nothing changes. Nothing here decides a
 figure: the handlers and the core do, and every stand-in judges them by the real component's
 documented rules and the artefacts the package ships (DESIGN §7).
 """
@@ -25,6 +26,7 @@ from functions.simulate.apiserver import ApiServer
 from functions.simulate.client import Client
 from functions.simulate.crossplane import Crossplane
 from functions.simulate.deviceplugin import GpustackPlugin
+from functions.simulate.gpuoperator import GpuOperator
 from functions.simulate.hami import HamiPlugin
 from functions.simulate.kubelet import Kubelet
 from functions.simulate.kubevirt import KubeVirt
@@ -69,6 +71,7 @@ class World:
             self.crossplane,
             NodeLifecycle(client),  # next to Crossplane: its admission part sees new Pods first
             Nfd(client),
+            GpuOperator(client),  # labels by NFD's labels
             Provisioner(client),
             KubeVirt(client),
             self.kueue,
