@@ -84,19 +84,21 @@ class GpuOperator:
 def node_labels(labels: dict[str, str], sandbox: dict[str, Any]) -> dict[str, str]:
     """A node's labels once the operator has labelled it."""
     found = dict(labels)
-    has_gpu = any(found.get(key) == "true" for key in NFD_GPU_LABELS)
-    if has_gpu:
+    if any(found.get(key) == "true" for key in NFD_GPU_LABELS):
         found[PRESENT] = "true"
-    elif found.get(PRESENT) == "true":
-        found[PRESENT] = "false"
-        return {k: v for k, v in found.items() if k not in ALL_STATE_LABELS}
+    elif found.get(PRESENT) == "true":  # its GPUs are gone
+        return _without_state({**found, PRESENT: "false"})
     if found.get(PRESENT) != "true":
-        return found
+        return found  # not a GPU node: left as it is
     if found.get(OPERANDS) == "false":
-        return {k: v for k, v in found.items() if k not in ALL_STATE_LABELS}
+        return _without_state(found)
     own = {_DEPLOY + name for name in STATE_LABELS[workload_config(found, sandbox)]}
     found = {k: v for k, v in found.items() if k not in ALL_STATE_LABELS - own}
     return {**{key: "true" for key in sorted(own)}, **found}  # a value already set stays
+
+
+def _without_state(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k not in ALL_STATE_LABELS}
 
 
 def workload_config(labels: dict[str, str], sandbox: dict[str, Any]) -> str:
