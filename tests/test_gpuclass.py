@@ -155,22 +155,23 @@ def test_the_catalogs_vm_node_selector_counts_the_gpu_operators_vm_nodes(world):
     assert label_gpu_a(**{"nvidia.com/gpu.deploy.operands": "false"}) == (0, 0, 0)
 
 
+def node(name: str, allocatable: dict[str, str], labels: dict[str, str] = SCHEDULABLE) -> dict:
+    """A Ready Node as its kubelet publishes it, with `allocatable` beside its cores."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "allocatable": {"cpu": "64", **allocatable},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
 def fleet(count: int, advertised: dict[str, str]) -> list[dict]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": f"node-{i:05d}",
-                "labels": {**SCHEDULABLE, **(SANDBOX if advertised else {})},
-            },
-            "status": {
-                "allocatable": {"cpu": "64", **advertised},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-        for i in range(count)
-    ]
+    """`count` Nodes advertising `advertised`; those that advertise anything are VM nodes."""
+    labels = {**SCHEDULABLE, **(SANDBOX if advertised else {})}
+    return [node(f"node-{i:05d}", advertised, labels) for i in range(count)]
 
 
 UNSELECTED = (
@@ -284,21 +285,14 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
     from functions.handlers.base import Request
 
     offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
-
-    def node(name: str, units: str) -> dict:
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubevirt.io/schedulable": "true"}},
-            "status": {
-                "allocatable": {"example.com/whole-gpu": units},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
+    resource = "example.com/whole-gpu"
 
     # 1e400: found by `make soak`'s fuzzing; a status number is a double, and this one
     # overflowed it, failing the whole reconcile.
-    nodes = [node("gpu-a", "4"), node("gpu-b", "four"), node("gpu-c", "1e400")]
+    nodes = [
+        node(name, {resource: units})
+        for name, units in (("gpu-a", "4"), ("gpu-b", "four"), ("gpu-c", "1e400"))
+    ]
     desired = gpuclass.compose(Request.of(offer, required={"nodes": nodes}))
     assert (desired.status["free"], desired.status["maxFreePerNode"]) == (4, 4)
     assert desired.status["maxPerNode"] == 4
