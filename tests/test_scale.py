@@ -32,10 +32,12 @@ from functions.core.status import summary as node_summary
 from functions.handlers import catalog, devices, inputs, instancetype
 from functions.handlers.base import Request
 from functions.handlers.desired import Desired
+from functions.handlers.instance import lifecycle
 from functions.server import run_function
 from functions.views import StructView
 from tests.support.schemas import ROOT
 from tests.test_mig import MIG_3G_ON_GPU0, h100_node
+from tests.test_status import fixture as type_fixture
 
 WALKTHROUGH = ROOT / "examples" / "walkthrough"
 A10G = "gpustack--nvidia-a10g-linux-amd64"
@@ -624,6 +626,54 @@ def test_a_malformed_cluster_queue_reservation_is_named_in_a_warning(walkthrough
         ("UnreadableObject", f"{prefix}[1]: must be an object{suffix}"),
     ]
     assert desired.status["display"]["cpu"] == "16/16"
+
+
+# --- an Instance reads its InstanceType once per distinct status ------------------------------
+
+
+def instance_type_view(obj: dict, as_struct: bool) -> views.View:
+    if not as_struct:
+        return views.view_of(obj)
+    struct = struct_pb2.Struct()
+    struct.update(obj)
+    return views.view_of(struct)
+
+
+@pytest.mark.parametrize("as_struct", [True, False], ids=["protobuf", "plain data"])
+def test_an_instance_type_is_read_once_per_distinct_spec_and_status(monkeypatch, as_struct):
+    h100 = type_fixture("instancetype-h100-mig-0.1.0.yaml")
+    parsed = []
+    real = lifecycle.type_status.read
+    monkeypatch.setattr(lifecycle.type_status, "read", lambda obj: parsed.append(1) or real(obj))
+    monkeypatch.setattr(lifecycle, "_TYPE_FACTS", {})
+    first = lifecycle.type_facts(instance_type_view(h100, as_struct))
+    reordered = dict(reversed(copy.deepcopy(h100).items()))  # the same object, keys reordered
+    again = lifecycle.type_facts(instance_type_view(reordered, as_struct))
+    assert parsed == [1] and again is first and first == real(views.view_of(h100))
+    h100["status"]["detail"]["slicedDetail"]["physical"]["profiles"].pop()  # a pool changed
+    changed = lifecycle.type_facts(instance_type_view(h100, as_struct))
+    assert parsed == [1, 1]
+    assert "7g.80gb" in first.profiles and "7g.80gb" not in changed.profiles
+
+
+def test_an_unreadable_instance_type_status_is_read_again_every_time(monkeypatch):
+    broken = type_fixture("instancetype-a10g-0.1.0.yaml")
+    broken["status"]["detail"]["slicedDetail"]["logical"]["count"] = "lots"
+    monkeypatch.setattr(lifecycle, "_TYPE_FACTS", {})
+    for _ in range(2):
+        with pytest.raises(StatusError) as raised:
+            lifecycle.type_facts(views.view_of(broken))
+        assert raised.value.field == "status.detail.slicedDetail.logical.count"
+    assert lifecycle._TYPE_FACTS == {}
+
+
+def test_the_instance_type_memo_is_emptied_past_its_limit(monkeypatch):
+    a10g = type_fixture("instancetype-a10g-0.1.0.yaml")
+    monkeypatch.setattr(lifecycle, "_TYPE_FACTS", {})
+    monkeypatch.setattr(lifecycle, "TYPE_FACTS_LIMIT", 2)
+    for name in ("one", "two", "three"):
+        lifecycle.type_facts(views.view_of({**a10g, "metadata": {"name": name}}))
+    assert [key[0] for key in lifecycle._TYPE_FACTS] == ["three"]
 
 
 # --- in the simulated cluster ------------------------------------------------------------------
