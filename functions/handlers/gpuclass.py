@@ -30,12 +30,12 @@ from __future__ import annotations
 import datetime
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from functions.core import apis, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
-from functions.core.settings import DNS_LABEL
+from functions.core.settings import DNS_LABEL, Settings
 from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, catalog_settings
@@ -83,14 +83,14 @@ def compose(request: Request) -> Desired:
     license_problem = license_missing(request, spec)
     report(desired, spec, resource, conflict, permitted, license_problem)
     settings = catalog_settings(request, desired)
-    nodes = [] if conflict else node_units(request, spec, resource, settings.vm_nodes, desired)
-    if not settings.vm_node_selector:
-        unselected_nodes(request, vm_resources, desired)
+    fleet = NodesRead() if conflict else read_nodes(request, spec, settings, vm_resources, desired)
+    unselected_nodes(fleet, desired)  # a conflicting class reads none: the older one warns
+    units = fleet.units
     desired.status = {
         "resourceName": resource,
-        "free": sum(n.free for n in nodes),
-        "maxFreePerNode": max((n.free for n in nodes), default=0),
-        "maxPerNode": max((n.allocatable for n in nodes), default=0),
+        "free": sum(n.free for n in units),
+        "maxFreePerNode": max((n.free for n in units), default=0),
+        "maxPerNode": max((n.allocatable for n in units), default=0),
     }
     desired.composite_ready = conflict is None and permitted and license_problem is None
     return desired
@@ -163,21 +163,14 @@ IDLE_NODES_WORTH_SELECTING = 1000
 GPU_OPERATOR_HINT = ", ".join(f'{k}: "{v}"' for k, v in labels.GPU_OPERATOR_VM_NODE.items())
 
 
-def unselected_nodes(request: Request, vm_resources: set[str], desired: Desired) -> None:
+def unselected_nodes(fleet: NodesRead, desired: Desired) -> None:
     """A Warning when the class, with no vmNodeSelector, reads many Nodes that advertise no
     resource KubeVirt permits: Nodes that can serve no VM, carried by every reconcile."""
-    nodes = request.required_objects("nodes") or ()
-    if len(nodes) < IDLE_NODES_WORTH_SELECTING:
-        return
-    idle = sum(
-        not any(node.has("status", "allocatable", r) for r in vm_resources)
-        for node in map(view_of, nodes)
-    )
-    if idle >= IDLE_NODES_WORTH_SELECTING:
+    if fleet.idle >= IDLE_NODES_WORTH_SELECTING:
         desired.warning(
-            f"this class reads {len(nodes):,} Nodes, {idle:,} of which advertise no resource "
-            "KubeVirt permits: set the Catalog's vmNodeSelector to a label only the VM nodes "
-            f"carry (with the NVIDIA GPU Operator, {GPU_OPERATOR_HINT}); "
+            f"this class reads {fleet.read:,} Nodes, {fleet.idle:,} of which advertise no "
+            "resource KubeVirt permits: set the Catalog's vmNodeSelector to a label only the VM "
+            f"nodes carry (with the NVIDIA GPU Operator, {GPU_OPERATOR_HINT}); "
             "a class's request carries every Node it reads, and stops arriving past the "
             "function's 64 MiB receive limit (about 7,000 Nodes)",
             reasons.VM_NODES_UNSELECTED,
@@ -207,32 +200,45 @@ class NodeUnits:
     free: int
 
 
-def node_units(
-    request: Request,
-    spec: View,
-    resource: str,
-    vm_nodes: Mapping[str, str],
-    desired: Desired,
-) -> list[NodeUnits]:
-    """Units of `resource` on each eligible node (labelled `vm_nodes`) that advertises it; a
-    node whose allocatable cannot be read is left out and named in a Warning.
+@dataclass
+class NodesRead:
+    """What a class read of its Nodes: units on each eligible node that advertises its
+    resource; how many Nodes it read, and how many advertise no resource KubeVirt permits
+    (counted only while the Catalog sets no vmNodeSelector: a selector is the remedy)."""
 
-    Nodes are read in the order they came (sums do not depend on it; only the Warnings are
-    sorted), and a node that does not advertise the resource is passed over before anything
-    else of it is read: a class's request carries thousands of Nodes."""
+    units: list[NodeUnits] = field(default_factory=list)
+    read: int = 0
+    idle: int = 0
+
+
+def read_nodes(
+    request: Request, spec: View, settings: Settings, vm_resources: set[str], desired: Desired
+) -> NodesRead:
+    """Units of the class's resource on each eligible node (labelled `settings.vm_nodes`) that
+    advertises it; a node whose allocatable cannot be read is left out and named in a Warning.
+
+    Each Node is read once, in the order it came (sums do not depend on it; only the Warnings
+    are sorted): its allocatable resources, then, only where it advertises the class's, its
+    labels, conditions and taints. A class's request carries thousands of Nodes."""
+    resource = spec.str("source", "devicePlugin", "resourceName")
     tolerations = list(spec.list("tolerations").views())
     used = units_in_use(request, resource)
-    found, unreadable = [], []
+    count_idle = not settings.vm_node_selector
+    found, unreadable = NodesRead(), []
     for node in map(view_of, request.required_objects("nodes") or ()):
-        allocatable = node.get("status", "allocatable", resource)
-        if allocatable is None or not eligible(node, vm_nodes, tolerations):
+        found.read += 1
+        allocatable = node.view("status", "allocatable")
+        if count_idle and not any(map(allocatable.has, vm_resources)):
+            found.idle += 1  # it serves no VM
+        advertised = allocatable.get(resource)
+        if advertised is None or not eligible(node, settings.vm_nodes, tolerations):
             continue
         try:
-            total = quantity.device_count(allocatable)
+            total = quantity.device_count(advertised)
         except QuantityError as error:
             unreadable.append((node.name, str(error)))
             continue
-        found.append(NodeUnits(total, max(0, total - used.get(node.name, 0))))
+        found.units.append(NodeUnits(total, max(0, total - used.get(node.name, 0))))
     for name, error in sorted(unreadable):
         desired.warning(
             f"Node {name}: status.allocatable[{resource!r}]: {error}; "
