@@ -173,15 +173,16 @@ class ListView:
             )
             return DictView(found) if found is not None else None
         for value in self._values:
-            if value.WhichOneof("kind") == "struct_value":
-                struct = value.struct_value
-                held = struct.fields.get(key)
-                if (
-                    held is not None
-                    and held.WhichOneof("kind") == "string_value"
-                    and held.string_value == text
-                ):
-                    return StructView(struct)
+            # A Value that holds no object reads as an empty one, one that holds no string as
+            # "": only an empty `text` has to ask what the value holds.
+            struct = value.struct_value
+            held = struct.fields.get(key)
+            if (
+                held is not None
+                and held.string_value == text
+                and (text or held.WhichOneof("kind") == "string_value")
+            ):
+                return StructView(struct)
         return None
 
     def to_list(self) -> list[Any]:

@@ -419,6 +419,19 @@ def test_a_condition_is_found_by_its_type_in_dicts_and_structs_alike(as_struct):
     assert readiness.condition(None, "Ready") == "Unknown"
 
 
+@pytest.mark.parametrize("as_struct", [False, True], ids=["dict", "Struct"])
+def test_an_empty_type_matches_only_an_empty_string(as_struct):
+    """A Struct's Value reads "" for a member it does not hold: a number or a missing key is
+    still not the empty string."""
+    conditions = [{"type": 0, "status": "Zero"}, {"status": "None"}, {"type": "", "status": "Odd"}]
+    node = {"status": {"conditions": conditions}}
+    struct = struct_pb2.Struct()
+    struct.update(node)
+    found = view_of(struct) if as_struct else DictView(node)
+    assert readiness.condition(found, "") == "Odd"
+    assert readiness.condition(found, "Zero") == "Unknown"
+
+
 def test_an_object_reads_back_as_the_same_plain_data_from_a_struct_or_a_dict():
     """What a handler converts (a Devices spec, an observed Pod) is the same data whether it
     came as a Struct or a dict: whole numbers as ints, the rest as they were."""

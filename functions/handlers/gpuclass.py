@@ -276,16 +276,14 @@ def eligible(node: View, vm_nodes: Mapping[str, str], tolerations: list[Mapping[
     not cordoned, and every NoSchedule/NoExecute taint tolerated by the class. (The labels are
     checked here as well as selected: a caller that did not keep to the selector must not have
     other nodes counted.)"""
-    if any(
-        node.get("metadata", "labels", key) != value  # one label read, not every label
-        for key, value in vm_nodes.items()
-    ):
+    labelled, spec = node.view("metadata", "labels"), node.view("spec")
+    if any(labelled.get(key) != value for key, value in vm_nodes.items()):  # not every label
         return False
-    if condition(node, "Ready") != "True" or node.bool("spec", "unschedulable"):
+    if condition(node, "Ready") != "True" or spec.bool("unschedulable"):
         return False
     return all(
         any(tolerates(t, taint) for t in tolerations)
-        for taint in node.list("spec", "taints").views()
+        for taint in spec.list("taints").views()
         if taint.str("effect") in BLOCKING_EFFECTS
     )
 
