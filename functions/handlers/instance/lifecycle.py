@@ -82,7 +82,7 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
 
 # What each InstanceType offers, by its name, spec and status as canonical bytes. Every Instance
 # of a type reads the same published status, and reading it through the Structs was a fifth of
-# an Instance's call; serialising it in C to look it up costs a tenth of that. Pure, input-keyed
+# an Instance's call; serialising it in C to look it up costs an eighth of that. Pure, input-keyed
 # memoization (DESIGN §1), kept per process and emptied past TYPE_FACTS_LIMIT: a cluster has
 # dozens of types, and each status a pool reconcile changes is read once.
 _TYPE_FACTS: dict[tuple[str, bytes, bytes], InstanceTypeFacts] = {}
