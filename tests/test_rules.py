@@ -24,7 +24,7 @@ from functions.handlers.base import Request
 from functions.handlers.instance import compose, pin
 from functions.handlers.instance.container import pod_phase
 from functions.handlers.instance.pod import PodInputs, render_pod
-from functions.views import DictView, view_of
+from functions.views import DictView, View, view_of
 from tests.test_status import FIXTURES
 
 # --- a Pod's phase, mirrored into the Instance (reference §1.4) --------------------------------
@@ -407,12 +407,19 @@ NODE_CONDITIONS = [
 ]
 
 
-@pytest.mark.parametrize("as_struct", [False, True], ids=["dict", "Struct"])
-def test_a_condition_is_found_by_its_type_in_dicts_and_structs_alike(as_struct):
-    node = {"status": {"conditions": NODE_CONDITIONS}}
+def node_view(conditions: list, as_struct: bool) -> View:
+    """A Node with these conditions, read from a Struct (as Crossplane sends it) or a dict."""
+    node = {"status": {"conditions": conditions}}
+    if not as_struct:
+        return DictView(node)
     struct = struct_pb2.Struct()
     struct.update(node)
-    found = view_of(struct) if as_struct else DictView(node)
+    return view_of(struct)
+
+
+@pytest.mark.parametrize("as_struct", [False, True], ids=["dict", "Struct"])
+def test_a_condition_is_found_by_its_type_in_dicts_and_structs_alike(as_struct):
+    found = node_view(NODE_CONDITIONS, as_struct)
     assert readiness.condition(found, "Ready") == "True"
     assert readiness.condition(found, "DiskPressure") == "Unknown"
     assert readiness.condition(DictView({}), "Ready") == "Unknown"
@@ -424,10 +431,7 @@ def test_an_empty_type_matches_only_an_empty_string(as_struct):
     """A Struct's Value reads "" for a member it does not hold: a number or a missing key is
     still not the empty string."""
     conditions = [{"type": 0, "status": "Zero"}, {"status": "None"}, {"type": "", "status": "Odd"}]
-    node = {"status": {"conditions": conditions}}
-    struct = struct_pb2.Struct()
-    struct.update(node)
-    found = view_of(struct) if as_struct else DictView(node)
+    found = node_view(conditions, as_struct)
     assert readiness.condition(found, "") == "Odd"
     assert readiness.condition(found, "Zero") == "Unknown"
 
