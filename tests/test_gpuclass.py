@@ -183,42 +183,45 @@ UNSELECTED = (
 )
 
 
+WHOLE_GPU = {"example.com/whole-gpu": "4"}
+
+
 @pytest.mark.parametrize(
-    ("idle", "vm_nodes", "catalog", "warned"),
+    ("idle", "vm_nodes", "catalog", "in_conflict", "warned"),
     [
-        pytest.param(1000, {"example.com/whole-gpu": "4"}, {}, True, id="1,000 idle Nodes"),
-        pytest.param(999, {"example.com/whole-gpu": "4"}, {}, False, id="999 idle Nodes"),
+        pytest.param(1000, WHOLE_GPU, {}, False, True, id="1,000 idle Nodes"),
+        pytest.param(999, WHOLE_GPU, {}, False, False, id="999 idle Nodes"),
         pytest.param(
-            1000,
-            {"example.com/whole-gpu": "4"},
-            {"vmNodeSelector": SANDBOX},
-            False,
-            id="a selector is set",
+            1000, WHOLE_GPU, {"vmNodeSelector": SANDBOX}, False, False, id="a selector is set"
         ),
         pytest.param(
             0,
             {"example.com/licensed-vgpu": "8"},
             {},
             False,
+            False,
             id="every Node serves another class",
         ),
+        pytest.param(1000, WHOLE_GPU, {}, True, True, id="in conflict with an older class"),
     ],
 )
 def test_a_class_reading_many_nodes_that_serve_no_vm_says_to_select(
-    idle, vm_nodes, catalog, warned
+    idle, vm_nodes, catalog, in_conflict, warned
 ):
     """Nodes that advertise no resource KubeVirt permits can serve no VM, yet each is carried
     whole by every reconcile: past 1,000 of them, a Warning names the setting that leaves them
-    out (counted only while no selector is set)."""
+    out (counted only while no selector is set). A class in conflict with an older one offers
+    no unit, but its request carries the same Nodes."""
     from functions.handlers import gpuclass
     from functions.handlers.base import Request
 
     offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
+    older = {**offer, "metadata": {**offer["metadata"], "name": "a-whole-gpu-offer-made-first"}}
     kubevirt = next(d for d in load_documents(EXAMPLES / "cluster.yaml") if d["kind"] == "KubeVirt")
     nodes = fleet(idle, {}) + fleet(250 if idle else 1250, vm_nodes)
     required = {
         "catalog": [{"metadata": {"name": "default"}, "spec": catalog}],
-        "classes": [offer],
+        "classes": [offer, older] if in_conflict else [offer],
         "kubevirt": [kubevirt],
         "nodes": nodes,
         "launchers": [],
@@ -227,7 +230,8 @@ def test_a_class_reading_many_nodes_that_serve_no_vm_says_to_select(
     desired = gpuclass.compose(request.with_requirements(gpuclass.requirements(request)))
     found = [r.message for r in desired.results if r.reason == "VMNodesUnselected"]
     assert found == ([UNSELECTED] if warned else [])
-    assert desired.status["maxPerNode"] == (4 if "example.com/whole-gpu" in vm_nodes else 0)
+    offered = "example.com/whole-gpu" in vm_nodes and not in_conflict
+    assert desired.status["maxPerNode"] == (4 if offered else 0)
 
 
 def test_an_unpermitted_resource_is_reported(world):

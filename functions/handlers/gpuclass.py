@@ -83,14 +83,14 @@ def compose(request: Request) -> Desired:
     license_problem = license_missing(request, spec)
     report(desired, spec, resource, conflict, permitted, license_problem)
     settings = catalog_settings(request, desired)
-    fleet = NodesRead() if conflict else read_nodes(request, spec, settings, vm_resources, desired)
-    unselected_nodes(fleet, desired)  # a conflicting class reads none: the older one warns
-    units = fleet.units
+    offered = None if conflict else resource  # a class in conflict offers no unit
+    nodes = read_nodes(request, offered, spec, settings, vm_resources, desired)
+    unselected_nodes(nodes, desired)
     desired.status = {
         "resourceName": resource,
-        "free": sum(n.free for n in units),
-        "maxFreePerNode": max((n.free for n in units), default=0),
-        "maxPerNode": max((n.allocatable for n in units), default=0),
+        "free": sum(n.free for n in nodes.units),
+        "maxFreePerNode": max((n.free for n in nodes.units), default=0),
+        "maxPerNode": max((n.allocatable for n in nodes.units), default=0),
     }
     desired.composite_ready = conflict is None and permitted and license_problem is None
     return desired
@@ -163,12 +163,12 @@ IDLE_NODES_WORTH_SELECTING = 1000
 GPU_OPERATOR_HINT = ", ".join(f'{k}: "{v}"' for k, v in labels.GPU_OPERATOR_VM_NODE.items())
 
 
-def unselected_nodes(fleet: NodesRead, desired: Desired) -> None:
+def unselected_nodes(nodes: NodesRead, desired: Desired) -> None:
     """A Warning when the class, with no vmNodeSelector, reads many Nodes that advertise no
     resource KubeVirt permits: Nodes that can serve no VM, carried by every reconcile."""
-    if fleet.idle >= IDLE_NODES_WORTH_SELECTING:
+    if nodes.idle >= IDLE_NODES_WORTH_SELECTING:
         desired.warning(
-            f"this class reads {fleet.read:,} Nodes, {fleet.idle:,} of which advertise no "
+            f"this class reads {nodes.count:,} Nodes, {nodes.idle:,} of which advertise no "
             "resource KubeVirt permits: set the Catalog's vmNodeSelector to a label only the VM "
             f"nodes carry (with the NVIDIA GPU Operator, {GPU_OPERATOR_HINT}); "
             "a class's request carries every Node it reads, and stops arriving past the "
@@ -203,34 +203,39 @@ class NodeUnits:
 @dataclass
 class NodesRead:
     """What a class read of its Nodes: units on each eligible node that advertises its
-    resource; how many Nodes it read, and how many advertise no resource KubeVirt permits
+    resource; how many Nodes there were, and how many advertise no resource KubeVirt permits
     (counted only while the Catalog sets no vmNodeSelector: a selector is the remedy)."""
 
     units: list[NodeUnits] = field(default_factory=list)
-    read: int = 0
+    count: int = 0
     idle: int = 0
 
 
 def read_nodes(
-    request: Request, spec: View, settings: Settings, vm_resources: set[str], desired: Desired
+    request: Request,
+    resource: str | None,
+    spec: View,
+    settings: Settings,
+    vm_resources: set[str],
+    desired: Desired,
 ) -> NodesRead:
-    """Units of the class's resource on each eligible node (labelled `settings.vm_nodes`) that
-    advertises it; a node whose allocatable cannot be read is left out and named in a Warning.
+    """Units of `resource` (None: a class that offers none) on each eligible node (labelled
+    `settings.vm_nodes`) that advertises it; a node whose allocatable cannot be read is left
+    out and named in a Warning.
 
     Each Node is read once, in the order it came (sums do not depend on it; only the Warnings
     are sorted): its allocatable resources, then, only where it advertises the class's, its
     labels, conditions and taints. A class's request carries thousands of Nodes."""
-    resource = spec.str("source", "devicePlugin", "resourceName")
     tolerations = list(spec.list("tolerations").views())
-    used = units_in_use(request, resource)
+    used = units_in_use(request, resource) if resource else {}
     count_idle = not settings.vm_node_selector
-    found, unreadable = NodesRead(), []
+    nodes, unreadable = NodesRead(), []
     for node in map(view_of, request.required_objects("nodes") or ()):
-        found.read += 1
+        nodes.count += 1
         allocatable = node.view("status", "allocatable")
         if count_idle and not any(map(allocatable.has, vm_resources)):
-            found.idle += 1  # it serves no VM
-        advertised = allocatable.get(resource)
+            nodes.idle += 1  # it serves no VM
+        advertised = allocatable.get(resource) if resource else None
         if advertised is None or not eligible(node, settings.vm_nodes, tolerations):
             continue
         try:
@@ -238,14 +243,14 @@ def read_nodes(
         except QuantityError as error:
             unreadable.append((node.name, str(error)))
             continue
-        found.units.append(NodeUnits(total, max(0, total - used.get(node.name, 0))))
+        nodes.units.append(NodeUnits(total, max(0, total - used.get(node.name, 0))))
     for name, error in sorted(unreadable):
         desired.warning(
             f"Node {name}: status.allocatable[{resource!r}]: {error}; "
             "the node is left out of this class's free units",
             reasons.UNREADABLE_OBJECT,
         )
-    return found
+    return nodes
 
 
 def units_in_use(request: Request, resource: str) -> dict[str, int]:
@@ -276,14 +281,14 @@ def eligible(node: View, vm_nodes: Mapping[str, str], tolerations: list[Mapping[
     not cordoned, and every NoSchedule/NoExecute taint tolerated by the class. (The labels are
     checked here as well as selected: a caller that did not keep to the selector must not have
     other nodes counted.)"""
-    labelled, spec = node.view("metadata", "labels"), node.view("spec")
-    if any(labelled.get(key) != value for key, value in vm_nodes.items()):  # not every label
+    node_labels, node_spec = node.view("metadata", "labels"), node.view("spec")
+    if any(node_labels.get(key) != value for key, value in vm_nodes.items()):  # not each label
         return False
-    if condition(node, "Ready") != "True" or spec.bool("unschedulable"):
+    if condition(node, "Ready") != "True" or node_spec.bool("unschedulable"):
         return False
     return all(
         any(tolerates(t, taint) for t in tolerations)
-        for taint in spec.list("taints").views()
+        for taint in node_spec.list("taints").views()
         if taint.str("effect") in BLOCKING_EFFECTS
     )
 
