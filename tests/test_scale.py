@@ -639,41 +639,63 @@ def instance_type_view(obj: dict, as_struct: bool) -> views.View:
     return views.view_of(struct)
 
 
+def keys_reversed(obj: Any) -> Any:
+    """The same object, every mapping's keys in reverse order."""
+    if isinstance(obj, dict):
+        return {key: keys_reversed(value) for key, value in reversed(obj.items())}
+    if isinstance(obj, list):
+        return [keys_reversed(value) for value in obj]
+    return obj
+
+
 @pytest.mark.parametrize("as_struct", [True, False], ids=["protobuf", "plain data"])
 def test_an_instance_type_is_read_once_per_distinct_spec_and_status(monkeypatch, as_struct):
     h100 = type_fixture("instancetype-h100-mig-0.1.0.yaml")
     parsed = []
     real = lifecycle.type_status.read
     monkeypatch.setattr(lifecycle.type_status, "read", lambda obj: parsed.append(1) or real(obj))
-    monkeypatch.setattr(lifecycle, "_TYPE_FACTS", {})
-    first = lifecycle.type_facts(instance_type_view(h100, as_struct))
-    reordered = dict(reversed(copy.deepcopy(h100).items()))  # the same object, keys reordered
-    again = lifecycle.type_facts(instance_type_view(reordered, as_struct))
+    memo = lifecycle.TypeFactsMemo()
+    first = memo.read(instance_type_view(h100, as_struct))
+    again = memo.read(instance_type_view(keys_reversed(h100), as_struct))
     assert parsed == [1] and again is first and first == real(views.view_of(h100))
-    h100["status"]["detail"]["slicedDetail"]["physical"]["profiles"].pop()  # a pool changed
-    changed = lifecycle.type_facts(instance_type_view(h100, as_struct))
-    assert parsed == [1, 1]
+    resized = copy.deepcopy(h100)
+    resized["spec"]["unitResources"]["cpu"] = "3"  # the spec alone changed
+    assert memo.read(instance_type_view(resized, as_struct)).unit_cpu == 3 != first.unit_cpu
+    h100["status"]["detail"]["slicedDetail"]["physical"]["profiles"].pop()  # the status alone
+    changed = memo.read(instance_type_view(h100, as_struct))
+    assert parsed == [1, 1, 1]
     assert "7g.80gb" in first.profiles and "7g.80gb" not in changed.profiles
 
 
-def test_an_unreadable_instance_type_status_is_read_again_every_time(monkeypatch):
+def test_an_unreadable_instance_type_status_is_read_again_every_time():
     broken = type_fixture("instancetype-a10g-0.1.0.yaml")
     broken["status"]["detail"]["slicedDetail"]["logical"]["count"] = "lots"
-    monkeypatch.setattr(lifecycle, "_TYPE_FACTS", {})
+    memo = lifecycle.TypeFactsMemo()
     for _ in range(2):
         with pytest.raises(StatusError) as raised:
-            lifecycle.type_facts(views.view_of(broken))
+            memo.read(views.view_of(broken))
         assert raised.value.field == "status.detail.slicedDetail.logical.count"
-    assert lifecycle._TYPE_FACTS == {}
+    assert memo.facts == {}
 
 
-def test_the_instance_type_memo_is_emptied_past_its_limit(monkeypatch):
+def test_the_instance_type_memo_is_emptied_past_its_limit():
     a10g = type_fixture("instancetype-a10g-0.1.0.yaml")
-    monkeypatch.setattr(lifecycle, "_TYPE_FACTS", {})
-    monkeypatch.setattr(lifecycle, "TYPE_FACTS_LIMIT", 2)
+    memo = lifecycle.TypeFactsMemo()
+    memo.LIMIT = 2
     for name in ("one", "two", "three"):
-        lifecycle.type_facts(views.view_of({**a10g, "metadata": {"name": name}}))
-    assert [key[0] for key in lifecycle._TYPE_FACTS] == ["three"]
+        memo.read(views.view_of({**a10g, "metadata": {"name": name}}))
+    assert [key[0] for key in memo.facts] == ["three"]
+
+
+def test_what_an_instance_type_offers_is_read_only():
+    """One reading serves every Instance of the type: no caller may change it for the rest."""
+    facts = lifecycle.TypeFactsMemo().read(
+        views.view_of(type_fixture("instancetype-h100-mig-0.1.0.yaml"))
+    )
+    with pytest.raises(TypeError):
+        facts.profiles["7g.80gb"] = 1  # type: ignore[index]
+    with pytest.raises(TypeError):
+        facts.profile_credits["7g.80gb"] = 1  # type: ignore[index]
 
 
 # --- in the simulated cluster ------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from functions.core import mig, names, quantity
@@ -192,8 +193,9 @@ def read(instance_type: Any) -> InstanceTypeFacts:
         manufacturer=offered.manufacturer if acceleratable else "",
         card_memory_mib=offered.card_memory_mib,
         modes=frozenset(offered.modes),
-        profiles={name: mib for name, mib, _ in offered.profiles},
-        profile_credits={name: credits for name, _, credits in offered.profiles},
+        # Read-only: one reading may serve every Instance of the type (handlers memoise it).
+        profiles=MappingProxyType({name: mib for name, mib, _ in offered.profiles}),
+        profile_credits=MappingProxyType({name: c for name, _, c in offered.profiles}),
         largest_node_cards=offered.largest_node_cards,
         largest_node_cores=offered.largest_node_cores,
         cpu_capacity=offered.cpu_capacity,

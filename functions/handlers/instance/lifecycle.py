@@ -60,7 +60,7 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
         return drain(instance, f"instance type {name} is draining")
     if observed is not None and not observed.has("metadata", "deletionTimestamp"):
         try:
-            facts = type_facts(observed)
+            facts = TYPE_FACTS.read(observed)
         except StatusError as error:
             message = (
                 f"spec.type: instance type {name} published an unreadable status "
@@ -80,29 +80,38 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
     )
 
 
-# What each InstanceType offers, by its name, spec and status as canonical bytes. Every Instance
-# of a type reads the same published status, and reading it through the Structs was a fifth of
-# an Instance's call; serialising it in C to look it up costs an eighth of that. Pure, input-keyed
-# memoization (DESIGN §1), kept per process and emptied past TYPE_FACTS_LIMIT: a cluster has
-# dozens of types, and each status a pool reconcile changes is read once.
-_TYPE_FACTS: dict[tuple[str, bytes, bytes], InstanceTypeFacts] = {}
-TYPE_FACTS_LIMIT = 1024
+class TypeFactsMemo:
+    """What each InstanceType offers, by its name, spec and status as canonical bytes: pure,
+    input-keyed memoization in each process (DESIGN §1).
+
+    Every Instance of a type reads the same published status, and reading it through the
+    Structs was a fifth of an Instance's call; serialising it in C to look it up costs an
+    eighth of that. The memo is emptied once it holds `LIMIT` types: a cluster has dozens, and
+    each status a pool reconcile writes is read once."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self.facts: dict[tuple[str, bytes, bytes], InstanceTypeFacts] = {}
+
+    def read(self, instance_type: View) -> InstanceTypeFacts:
+        """`type_status.read`, once per distinct InstanceType; raises StatusError as it does
+        (an unreadable status is never kept)."""
+        key = (
+            instance_type.name,
+            structs.canonical(instance_type, "spec"),
+            structs.canonical(instance_type, "status"),
+        )
+        found = self.facts.get(key)
+        if found is None:
+            found = type_status.read(instance_type)
+            if len(self.facts) >= self.LIMIT:
+                self.facts.clear()
+            self.facts[key] = found
+        return found
 
 
-def type_facts(instance_type: View) -> InstanceTypeFacts:
-    """`type_status.read`, once per distinct InstanceType; raises StatusError as it does."""
-    key = (
-        instance_type.name,
-        structs.canonical(instance_type, "spec"),
-        structs.canonical(instance_type, "status"),
-    )
-    found = _TYPE_FACTS.get(key)
-    if found is None:
-        found = type_status.read(instance_type)  # an unreadable status is never kept
-        if len(_TYPE_FACTS) >= TYPE_FACTS_LIMIT:
-            _TYPE_FACTS.clear()
-        _TYPE_FACTS[key] = found
-    return found
+TYPE_FACTS = TypeFactsMemo()
 
 
 def retyped(instance: Instance, facts: InstanceTypeFacts) -> Outcome | None:
