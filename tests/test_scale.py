@@ -106,17 +106,21 @@ def test_a_summary_reads_back_as_the_core_computes_it():
     spec = parse_spec("node-h100", h100_node(3, [MIG_3G_ON_GPU0]))
     expected = summarize_devices(spec)
     data = node_summary.write(expected)
-    read = node_summary.read(data["summary"], lambda: data["facts"])
+    read = node_summary.read(data["summary"], data["facts"])
     assert read == expected  # node, os, arch, gKey, managed, cores and every group's figures
     assert read.facts == expected.facts
     assert read.cpu == expected.cpu
     assert read.groups["nvidia-h100-80gb-hbm3"].remaining_profiles["3g.40gb"] == 5
 
 
-def test_facts_are_parsed_only_when_a_caller_asks_for_them():
+def test_facts_are_parsed_only_when_a_caller_asks_for_them(monkeypatch):
     data = node_summary.write(summarize_devices(parse_spec("node-h100", h100_node(0))))
     asked = []
-    read = node_summary.read(data["summary"], lambda: asked.append(1) or data["facts"])
+    read_facts = node_summary.read_facts
+    monkeypatch.setattr(
+        node_summary, "read_facts", lambda text, cores: asked.append(1) or read_facts(text, cores)
+    )
+    read = node_summary.read(data["summary"], data["facts"])
     assert read.groups["nvidia-h100-80gb-hbm3"].free_cards == 8
     assert asked == []
     assert read.facts["nvidia-h100-80gb-hbm3"].memory_mib == 81559

@@ -138,24 +138,28 @@ class SummaryMemo:
 
         Texts seen before are looked up for the whole request at once; the rest (new texts,
         and anything not a string) go through `read`, which names what is wrong."""
-        found = list(map(self.parsed.get, summary_texts(objects)))
+        texts = list(summary_texts(objects))
+        found = list(map(self.parsed.get, texts))
+        if None not in found:  # the steady state: every text seen before
+            return found
         for index in [i for i, summary in enumerate(found) if summary is None]:
             try:
-                found[index] = self.read(objects[index])
+                found[index] = self.read(objects[index], texts[index])
             except StatusError as error:
                 problems.append((_where(objects[index]), error.field, error.problem))
         return found
 
-    def read(self, obj: Any) -> NodeSummary:
-        text = structs.string_at(obj, "data", node_summary.SUMMARY_KEY)
-        found = self.parsed.get(text) if text is not None else None
+    def read(self, obj: Any, text: str = "") -> NodeSummary:
+        """`obj`'s summary; `text` is its `data.summary` where the caller read it already."""
+        text = text or structs.string_at(obj, "data", node_summary.SUMMARY_KEY) or ""
+        found = self.parsed.get(text)
         if found is not None:
             return found
-        if text is None:  # not a string: the general reader names what it is
-            text = structs.view(obj).get("data", node_summary.SUMMARY_KEY)
+        if not text:  # missing, empty or not a string: the general reader raises, saying which
+            node_summary.read(structs.view(obj).get("data", node_summary.SUMMARY_KEY))
         facts = structs.string_at(obj, "data", node_summary.FACTS_KEY)
         facts = self.facts.setdefault(facts, facts) if facts is not None else None
-        summary = node_summary.read(text, lambda: facts)
+        summary = node_summary.read(text, facts)
         self.parsed[text] = summary
         return summary
 

@@ -27,9 +27,10 @@ and an older release reads a newer one by the figures it knows, which keep their
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from functions.core.devices import Cpu
@@ -132,9 +133,13 @@ def _facts_row(facts: GroupFacts) -> dict[str, Any]:
 # --- reader -----------------------------------------------------------------------------------
 
 
-def read(text: Any, facts: Callable[[], Any] = lambda: None) -> NodeSummary:
-    """A node's summary from its `summary` string; `facts` gives the `facts` string when a
-    caller first asks for the hardware. Raises StatusError naming what cannot be read."""
+def read(text: Any, facts: Any = None) -> NodeSummary:
+    """A node's summary from its `summary` string, with its `facts` string parsed only when a
+    caller first asks for the hardware. Raises StatusError naming what cannot be read.
+
+    The summary holds plain data and one `partial`, no closure: a worker keeps thousands of
+    summaries, and every object the garbage collector tracks is one it walks on each full
+    collection (a lambda over two cells was five such objects per node)."""
     document = _document(text, SUMMARY_AT)
     layout = _layout(document.get("v"))
     partitions = _object(document.get("partitions"), "partitions")
@@ -150,7 +155,7 @@ def read(text: Any, facts: Callable[[], Any] = lambda: None) -> NodeSummary:
         managed=document.get("managed") is True,
         cpu_cores=cores,
         groups=groups,
-        load_details=lambda: read_facts(facts(), cores),
+        load_details=functools.partial(read_facts, facts, cores),
     )
 
 
