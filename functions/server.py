@@ -117,6 +117,7 @@ def _worker_started(debug: bool) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    memory.leave_startup_objects(collect=False)
 
 
 def _ready() -> bool:
@@ -276,6 +277,7 @@ async def serve_async(
         )
     pool = Workers(workers, debug)
     pool.warm()
+    memory.leave_startup_objects()
     runner = FunctionRunner(pool)
     server = build_server(runner, options)
     if insecure:

@@ -248,3 +248,19 @@ def _workers(server: int) -> list[int]:
 
 def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_workers_leave_what_start_up_made_out_of_every_garbage_collection():
+    """A worker keeps thousands of summaries, so pools that change run full collections; the
+    modules it loaded at start-up (tens of thousands of objects) are frozen, never walked by
+    them (functions/memory.py)."""
+    import gc
+
+    from functions.server import Workers
+
+    workers = Workers(1)
+    try:
+        frozen = workers.pool.submit(gc.get_freeze_count).result(timeout=60)
+    finally:
+        workers.stop(kill=False)
+    assert frozen > 10_000
