@@ -97,9 +97,7 @@ def in_process(size: int, built: dict) -> dict[str, Any]:
         if name in POOLS:
             churned = requests.churned(b, CHURN, count + 1)
             runs[f"{name}, {CHURN:.0%} changed"] = measure.floor_and_full_each(churned)
-            runs[f"{name}, memo emptied"] = measure.floor_and_full(
-                b.payload, count, MEMO.parsed.clear
-            )
+            runs[f"{name}, memo emptied"] = measure.floor_and_full(b.payload, count, MEMO.clear)
         for label, pairs in runs.items():
             at_size = size == TARGET_SIZE or name.startswith("devices")  # a node's own
             applies = at_size and (name not in POOLS or "changed" in label)

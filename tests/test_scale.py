@@ -231,7 +231,7 @@ def pool_request(summaries: list[dict], observed: dict | None = None) -> Request
 
 def test_a_summary_text_seen_before_is_not_parsed_again(walkthrough, monkeypatch):
     summary = summary_of(walkthrough["node-a10g"])
-    inputs.MEMO.parsed.clear()
+    inputs.MEMO.clear()
     parsed = []
     real = node_summary.read
     monkeypatch.setattr(node_summary, "read", lambda *a: parsed.append(1) or real(*a))
@@ -245,6 +245,48 @@ def test_a_summary_text_seen_before_is_not_parsed_again(walkthrough, monkeypatch
     newer = inputs.node_summaries(pool_request([changed]), Desired())
     assert parsed == [1, 1]
     assert newer[0].facts["nvidia-a10g"].driver_version == "580.200.01"
+
+
+def test_the_summary_memo_forgets_the_texts_no_request_reads_any_more(walkthrough, monkeypatch):
+    """A changed node leaves its old text behind: the memo keeps two generations, so what is
+    read again survives a turn and what is not is dropped (a worker's memory is bounded by its
+    largest pool, however fast the nodes change)."""
+    base = summary_of(walkthrough["node-a10g"])
+    memo = inputs.SummaryMemo()
+    memo.TURN, memo.SMALLEST = 2, 2  # a turn once more than 4 texts are read since the last
+    parsed: list[str] = []
+    real = node_summary.read
+    monkeypatch.setattr(
+        node_summary, "read", lambda *a: parsed.append(json.loads(a[0])["node"]) or real(*a)
+    )
+
+    def reconcile(*nodes: str) -> None:
+        objects = [named(base, node) for node in nodes]
+        assert [summary.node for summary in memo.read_all(objects, [])] == list(nodes)
+        memo.trim(len(objects))
+
+    for version in range(4):  # node a changes on every reconcile, node b never
+        reconcile(f"a{version}", "b")
+    assert parsed == ["a0", "b", "a1", "a2", "a3"]
+    assert (len(memo.parsed), len(memo.earlier)) == (0, 5)  # it has just turned
+    reconcile("a3", "b")  # read again after the turn: kept, not parsed
+    for version in range(4, 7):
+        reconcile(f"a{version}", "b")
+    assert parsed == ["a0", "b", "a1", "a2", "a3", "a4", "a5", "a6"]
+    assert sorted(memo.earlier) == sorted(
+        named(base, n)["data"]["summary"] for n in ("a3", "b", "a4", "a5", "a6")
+    )
+    reconcile("a0", "b")  # a0 was not read for a whole turn: forgotten, parsed again
+    assert parsed[-1] == "a0"
+
+
+def named(summary: dict, node: str) -> dict:
+    """The same summary object, for a node named `node`."""
+    found = copy.deepcopy(summary)
+    old = summary["data"]["summary"]
+    found["data"]["summary"] = old.replace('"node":"node-a10g"', json.dumps({"node": node})[1:-1])
+    assert found["data"]["summary"] != old
+    return found
 
 
 def test_a_summary_outside_the_system_namespace_is_not_read(walkthrough):
