@@ -152,7 +152,9 @@ class SummaryMemo:
         and anything not a string) go through `read`, which names what is wrong."""
         texts = list(summary_texts(objects))
         found = list(map(self.parsed.get, texts))
-        if None not in found:  # the steady state: every text seen before
+        # The steady state: every text seen before. (`all`, as a summary is always true:
+        # `None in found` would call each summary's __eq__.)
+        if all(found):
             return found
         for index in [i for i, summary in enumerate(found) if summary is None]:
             try:
