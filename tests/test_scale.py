@@ -284,7 +284,7 @@ def named(summary: dict, node: str) -> dict:
     """The same summary object, for a node named `node`."""
     found = copy.deepcopy(summary)
     old = summary["data"]["summary"]
-    found["data"]["summary"] = old.replace('"node":"node-a10g"', json.dumps({"node": node})[1:-1])
+    found["data"]["summary"] = old.replace('"node":"node-a10g"', f'"node":"{node}"')
     assert found["data"]["summary"] != old
     return found
 
