@@ -102,8 +102,9 @@ class StructView(View):
         fields = self.fields
         for key in path[:-1]:
             found = fields.get(key)
-            if found is None or found.WhichOneof("kind") != "struct_value":
+            if found is None:
                 return default
+            # A Value that holds no object reads as an empty one: the next key is not found.
             fields = found.struct_value.fields
         found = fields.get(path[-1])
         node = _unwrap(found) if found is not None else None

@@ -454,6 +454,23 @@ def test_an_object_reads_back_as_the_same_plain_data_from_a_struct_or_a_dict():
     assert view_of(struct).list("cards").to_list() == data["cards"]
 
 
+@pytest.mark.parametrize("as_struct", [False, True], ids=["dict", "Struct"])
+def test_a_path_through_anything_but_an_object_reads_as_missing(as_struct):
+    """A Struct's Value reads as an empty object when it holds something else: a path on
+    through a string, a number, a list, true or null finds nothing, as it does in a dict."""
+    data = {"s": "x", "n": 1, "l": [{"k": "v"}], "b": True, "z": None, "o": {"k": {"k": "v"}}}
+    if as_struct:
+        struct = struct_pb2.Struct()
+        struct.update(data)
+        view = view_of(struct)
+    else:
+        view = DictView(data)
+    for key in ("s", "n", "l", "b", "z", "missing"):
+        assert view.get(key, "k") is None and view.get(key, "k", "k", default=0) == 0
+    assert view.get("o", "k", "k") == "v" and view.str("o", "k", "k") == "v"
+    assert view.to_dict() == data  # reading changed nothing
+
+
 # --- the Catalog's settings -------------------------------------------------------------------------
 
 
