@@ -75,7 +75,7 @@ def leave_startup_objects(collect: bool = True) -> None:
     """Move every object alive now out of the garbage collector's generations, so no later
     collection walks it again (`gc.freeze`). `collect` first, so no garbage is kept for good;
     a worker just forked skips it, since a collection would write to every page it shares with
-    the process it was forked from."""
+    the process it was forked from (what little garbage its start-up left stays for good)."""
     if collect:
         gc.collect()
     gc.freeze()

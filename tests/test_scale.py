@@ -249,35 +249,57 @@ def test_a_summary_text_seen_before_is_not_parsed_again(walkthrough, monkeypatch
 
 def test_the_summary_memo_forgets_the_texts_no_request_reads_any_more(walkthrough, monkeypatch):
     """A changed node leaves its old text behind: the memo keeps two generations, so what is
-    read again survives a turn and what is not is dropped (a worker's memory is bounded by its
-    largest pool, however fast the nodes change)."""
+    read again survives a turn and what is not is dropped."""
+    memo, parsed = counted_memo(walkthrough, monkeypatch, turn=2)  # turns at 2 × 2 texts
+    for version in range(4):  # node a changes on every reconcile, node b never
+        memo.reconcile(f"a{version}", "b")
+    memo.reconcile("a3", "b")  # just after a turn: read again, kept
+    for version in range(4, 7):  # a turn, and another
+        memo.reconcile(f"a{version}", "b")
+    memo.reconcile("a0", "b")  # a0 was not read for a whole turn: forgotten
+    assert parsed == ["a0", "b", "a1", "a2", "a3", "a4", "a5", "a6", "a0"]
+
+
+def test_the_summary_memo_holds_at_most_twice_its_turn_however_fast_nodes_change(
+    walkthrough, monkeypatch
+):
+    memo, parsed = counted_memo(walkthrough, monkeypatch, turn=2)
+    for version in range(30):  # every text new on every reconcile
+        memo.reconcile(f"a{version}", f"b{version}")
+        assert len(memo.parsed) + len(memo.earlier) <= 2 * 2 * 2
+    assert len(parsed) == 60
+
+
+def test_the_summary_memo_turns_by_the_largest_request_it_has_read(walkthrough, monkeypatch):
+    """The catalog reads every node and a small pool a few: the small pool's changes must not
+    turn the memo so often that the catalog's nodes are parsed again."""
+    memo, parsed = counted_memo(walkthrough, monkeypatch, turn=1)
+    catalog = [f"n{index}" for index in range(6)]
+    memo.reconcile(*catalog)
+    for version in range(3):  # one turn, when a0 comes to a memo holding six texts
+        memo.reconcile(f"a{version}")
+    memo.reconcile(*catalog)
+    assert parsed == [*catalog, "a0", "a1", "a2"]
+
+
+def counted_memo(walkthrough: dict, monkeypatch, turn: float) -> tuple[Any, list[str]]:
+    """A summary memo that turns at `turn` × the largest request (however small), whose
+    `reconcile(*nodes)` reads one summary per node as a pool does; and the nodes it parsed."""
     base = summary_of(walkthrough["node-a10g"])
-    memo = inputs.SummaryMemo()
-    memo.TURN, memo.SMALLEST = 2, 2  # a turn once more than 4 texts are read since the last
     parsed: list[str] = []
     real = node_summary.read
     monkeypatch.setattr(
         node_summary, "read", lambda *a: parsed.append(json.loads(a[0])["node"]) or real(*a)
     )
 
-    def reconcile(*nodes: str) -> None:
-        objects = [named(base, node) for node in nodes]
-        assert [summary.node for summary in memo.read_all(objects, [])] == list(nodes)
-        memo.trim(len(objects))
+    class Memo(inputs.SummaryMemo):
+        TURN, SMALLEST = turn, 1
 
-    for version in range(4):  # node a changes on every reconcile, node b never
-        reconcile(f"a{version}", "b")
-    assert parsed == ["a0", "b", "a1", "a2", "a3"]
-    assert (len(memo.parsed), len(memo.earlier)) == (0, 5)  # it has just turned
-    reconcile("a3", "b")  # read again after the turn: kept, not parsed
-    for version in range(4, 7):
-        reconcile(f"a{version}", "b")
-    assert parsed == ["a0", "b", "a1", "a2", "a3", "a4", "a5", "a6"]
-    assert sorted(memo.earlier) == sorted(
-        named(base, n)["data"]["summary"] for n in ("a3", "b", "a4", "a5", "a6")
-    )
-    reconcile("a0", "b")  # a0 was not read for a whole turn: forgotten, parsed again
-    assert parsed[-1] == "a0"
+        def reconcile(self, *nodes: str) -> None:
+            objects = [named(base, node) for node in nodes]
+            assert [summary.node for summary in self.read_all(objects, [])] == list(nodes)
+
+    return Memo(), parsed
 
 
 def named(summary: dict, node: str) -> dict:

@@ -76,7 +76,6 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
     summaries = cast(list[NodeSummary], found)  # each one read
     if len(set(map(_NODE, summaries))) < len(summaries):  # rare: see _one_per_node
         summaries = _one_per_node(objects, summaries, problems)
-    MEMO.trim(len(given))
     for where, field, problem in sorted(problems):
         unreadable(desired, "ConfigMap", where, field, problem)
     inputs_readable(desired, "node summaries", sorted({p[0] for p in problems}))
@@ -126,13 +125,13 @@ class SummaryMemo:
     A changed node leaves its old text behind, so the memo forgets what is no longer read, in
     two generations: `parsed` holds the texts read since the memo last turned, `earlier` those
     of the turn before. A text read again moves back to `parsed`; one not read for a whole turn
-    is dropped. The memo turns once `parsed` holds `TURN` times as many texts as the largest
-    request this worker has read (at least `TURN` × `SMALLEST`): it keeps at most three times
-    the nodes of its largest pool (about 2 KiB each), however fast they change, and a pool read
-    at least once a turn is never parsed whole again. (It was emptied past 60,000 texts: twelve
-    times a 5,000-node fleet, 130 MiB a worker.) With 5 % of the nodes changing per reconcile,
-    it turns every ten requests, and the request after pays about 1 ms (at 5,000 nodes) to move
-    its texts back."""
+    is dropped. The memo turns before a request would take `parsed` past `TURN` times the
+    largest request this worker has read (at least `TURN` × `SMALLEST`), so between requests it
+    holds at most twice that: three times the nodes of its largest pool (about 2 KiB each),
+    however fast they change; a pool read at least once a turn is never parsed whole again.
+    (It was emptied past 60,000 texts: twelve times a 5,000-node fleet, 130 MiB a worker.)
+    With 5 % of a pool's nodes changing per reconcile it turns every twelve reconciles, and the
+    one after pays about 1 ms (at 5,000 nodes) to move its texts back."""
 
     TURN = 1.5
     SMALLEST = 1_000
@@ -150,27 +149,37 @@ class SummaryMemo:
 
         Texts seen before are looked up for the whole request at once; the rest (new texts,
         and anything not a string) go through `read`, which names what is wrong."""
+        self.largest = max(self.largest, len(objects))
         texts = list(summary_texts(objects))
         found = list(map(self.parsed.get, texts))
         # The steady state: every text seen before. (`all`, as a summary is always true:
         # `None in found` would call each summary's __eq__.)
         if all(found):
             return found
-        for index in [i for i, summary in enumerate(found) if summary is None]:
+        missing = [i for i, summary in enumerate(found) if summary is None]
+        if len(self.parsed) + len(missing) > self.TURN * max(self.largest, self.SMALLEST):
+            self._turn({texts[index] for index in missing})
+        for index in missing:
             try:
                 found[index] = self.read(objects[index], texts[index])
             except StatusError as error:
                 problems.append((_where(objects[index]), error.field, error.problem))
         return found
 
-    def read(self, obj: Any, text: str = "") -> NodeSummary:
-        """`obj`'s summary; `text` is its `data.summary` where the caller read it already."""
-        text = text or structs.string_at(obj, "data", node_summary.SUMMARY_KEY) or ""
+    def read(self, obj: Any, text: str) -> NodeSummary:
+        """`obj`'s summary, whose `data.summary` reads `text` ("" where it is not a string)."""
         found = self.parsed.get(text)
         if found is None:
             found = self.earlier.pop(text, None) or self._parse(obj, text)
             self.parsed[text] = found
         return found
+
+    def _turn(self, wanted: set[str]) -> None:
+        """`parsed` becomes `earlier`, and what `earlier` held is dropped but for the `wanted`
+        texts, which the request about to read them keeps."""
+        kept = {text: self.earlier[text] for text in wanted if text in self.earlier}
+        self.parsed, self.earlier = kept, self.parsed
+        self.facts = {}  # the summaries kept hold their own; new ones share afresh
 
     def _parse(self, obj: Any, text: str) -> NodeSummary:
         if not text:  # missing, empty or not a string: the general reader raises, saying which
@@ -179,16 +188,9 @@ class SummaryMemo:
         facts = self.facts.setdefault(facts, facts) if facts is not None else None
         return node_summary.read(text, facts)
 
-    def trim(self, count: int) -> None:
-        """After a request of `count` objects: turn, if `parsed` has grown past its bound."""
-        self.largest = max(self.largest, count)
-        if len(self.parsed) > self.TURN * max(self.largest, self.SMALLEST):
-            self.earlier, self.parsed = self.parsed, {}
-            self.facts = {}  # the summaries kept hold their own; new ones share afresh
-
     def clear(self) -> None:
-        """Forget every summary (a worker's first sight of its pools)."""
-        self.parsed, self.earlier, self.facts = {}, {}, {}
+        """Forget every summary and request (a worker's first sight of its pools)."""
+        self.parsed, self.earlier, self.facts, self.largest = {}, {}, {}, 0
 
 
 MEMO = SummaryMemo()
