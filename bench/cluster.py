@@ -9,16 +9,25 @@ sharing mode the ledger knows is allocated somewhere. Each node has:
   `spec.crossplane` and conditions), computed by the real devices handler;
 - its summary `ConfigMap`, exactly as the devices handler composes it, with the metadata the
   API server and Crossplane add (uid, resourceVersion, owner, Crossplane's label);
-- its `Node` as a kubelet publishes it (NFD and GFD labels, taints, capacity, conditions,
-  addresses, node info, 20 images; managedFields left out, as in every object here);
+- its `Node` as its writers leave it: the kubelet (taints, capacity, conditions, addresses,
+  node info, 20 images), NFD (with GPU feature discovery's labels and our NodeFeatures'), the
+  GPU Operator, and virt-handler, whose node labeller adds 127 labels of CPU models, CPU
+  features and Hyper-V enlightenments (as many of each family as KubeVirt's own fixture of a
+  labelled node);
 - on every fourth node a KubeVirt launcher Pod holding two passthrough H100s.
+
+Every object carries `metadata.managedFields` as the API server keeps it, one entry per writer
+listing what it set (bench/apiserver.py): Crossplane's cache keeps them, and so every request
+that carries the object does: a summary ConfigMap is 2.3 KiB with them (1.5 KiB without), and
+a Node 28 KiB with them and the node labeller's labels (9 KiB before either was modelled).
 
 Every fourth node serves VMs: the GPU Operator runs it in vm-passthrough mode, so its sandbox
 device plugin advertises the passthrough resource and labels it so
 (`nvidia.com/gpu.deploy.sandbox-device-plugin`); the others run in container mode. Every Node
 carries virt-handler's `kubevirt.io/schedulable: "true"`, as KubeVirt's default placement
 (virt-handler on every node) labels them; `vm_nodes_only()` gives the cluster whose
-virt-handler is placed on the quarter of nodes that serve VMs.
+virt-handler is placed on the quarter of nodes that serve VMs (the others then carry nothing
+virt-handler sets).
 
 `before()` gives the Devices as release 0.1.x stored them (no summary ConfigMap, no `inputs`
 digest): what a pool reconcile carried until now. Objects are built once per shape and stamped
@@ -28,11 +37,14 @@ per node by replacing a token, so a 20,000-node cluster builds in seconds.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import apiserver
+from functions.agent.agent import FIELD_MANAGER as AGENT
 from functions.core import mig
 from functions.core.labels import GPU_OPERATOR_VM_NODE
 from functions.handlers import HANDLERS
@@ -224,6 +236,7 @@ def devices_object(shape: int, cpu: int) -> tuple[dict[str, Any], dict[str, Any]
         "resourceRefs": refs,
     }
     obj["status"] = {**desired.status, "conditions": conditions(3)}
+    obj["metadata"]["managedFields"] = devices_managed_fields(obj)
     summary = copy.deepcopy(desired.resources["summary"])
     summary["metadata"].update(
         uid=f"5{TOKEN}00-71aa-4c3e-8a0b-1d2e3f4a{shape:02d}{cpu:02d}",
@@ -236,7 +249,41 @@ def devices_object(shape: int, cpu: int) -> tuple[dict[str, Any], dict[str, Any]
         ],
     )  # fmt: skip
     summary["metadata"]["labels"]["crossplane.io/composite"] = name
+    summary["metadata"]["managedFields"] = [
+        apiserver.entry(
+            composed_owner(name), "Apply", "v1",
+            {"metadata": {k: summary["metadata"][k]
+                          for k in ("labels", "annotations", "ownerReferences")},
+             "data": summary["data"]},
+            STAMP,
+        )
+    ]  # fmt: skip
     return obj, summary
+
+
+def composed_owner(composite: str) -> str:
+    """Crossplane's field manager for what it composes for a Devices (ComposedFieldOwnerName:
+    its prefix and a SHA-256 of the composite's name and group kind)."""
+    digest = hashlib.sha256(f"{composite}Devices.worker.gpustack.ai".encode()).hexdigest()
+    return f"apiextensions.crossplane.io/composed/{digest}"
+
+
+def devices_managed_fields(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Devices' writers: the agent applies its spec, Crossplane its resource references
+    and status, and adds its finalizer."""
+    spec = {k: v for k, v in obj["spec"].items() if k != "crossplane"}
+    labels = {k: v for k, v in obj["metadata"]["labels"].items() if k != "crossplane.io/composite"}
+    owner, api_version = "apiextensions.crossplane.io/composite", obj["apiVersion"]
+    return [
+        apiserver.entry(AGENT, "Apply", api_version,
+                        {"metadata": {"labels": labels}, "spec": spec}, STAMP),
+        apiserver.entry("crossplane", "Update", api_version,
+                        {"metadata": {"finalizers": obj["metadata"]["finalizers"]}}, STAMP),
+        apiserver.entry(owner, "Apply", api_version,
+                        {"metadata": {"labels": {"crossplane.io/composite": obj["metadata"]["name"]}},
+                         "spec": {"crossplane": obj["spec"]["crossplane"]}}, STAMP),
+        apiserver.entry(owner, "Apply", api_version, {"status": obj["status"]}, STAMP, "status"),
+    ]  # fmt: skip
 
 
 def old_devices(obj: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +292,7 @@ def old_devices(obj: dict[str, Any]) -> dict[str, Any]:
     old["status"].pop("inputs", None)
     refs = old["spec"]["crossplane"]["resourceRefs"]
     old["spec"]["crossplane"]["resourceRefs"] = [r for r in refs if r["kind"] != "ConfigMap"]
+    old["metadata"]["managedFields"] = devices_managed_fields(old)
     return old
 
 
@@ -257,36 +305,15 @@ NFD_CPU = [
 ]  # fmt: skip
 
 
-def node_object(cpu: int) -> dict[str, Any]:
-    """A Node as its kubelet, NFD, GPU feature discovery and our NodeFeatures label it."""
+def node_object(cpu: int, vm: bool) -> dict[str, Any]:
+    """A Node as its writers leave it, each of them named in managedFields with what it set:
+    the kubelet (its registration, then its status), the controller manager, NFD (GPU feature
+    discovery's labels and our NodeFeatures' go through it too), the GPU Operator and
+    virt-handler. On a VM node (`vm`) the GPU Operator runs vm-passthrough: its sandbox device
+    plugin advertises the VM resource and it labels the node so; on the others, container
+    mode."""
     name = node_name(0).replace("00000", TOKEN)
     g_key = "intel-xeon-platinum-8480" if cpu == 0 else "amd-epyc-9454"
-    labels = {
-        "beta.kubernetes.io/arch": "amd64",
-        "beta.kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "node.kubernetes.io/instance-type": "p5.48xlarge",
-        "topology.kubernetes.io/region": "eu-west-1",
-        "topology.kubernetes.io/zone": "eu-west-1a",
-        **{f"feature.node.kubernetes.io/cpu-{k}": "true" for k in NFD_CPU},
-        "feature.node.kubernetes.io/kernel-version.full": "6.8.0-1015-aws",
-        "feature.node.kubernetes.io/pci-10de.present": "true",
-        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
-        "nvidia.com/gpu.count": "8",
-        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-        "nvidia.com/gpu.memory": "81559",
-        "nvidia.com/cuda.driver.major": "580",
-        **GPU_OPERATOR_VM_NODE,  # left on the VM nodes only (container_mode)
-        "gpustack.ai/managed": "true",
-        f"general.feature.gpustack.ai/{g_key}": "true",
-        f"acceleratable.feature.gpustack.ai/{A_KEY}": "true",
-        f"acceleratable.feature.gpustack.ai/{A_KEY}.count": "8",
-        f"acceleratable.feature.gpustack.ai/{A_KEY}.memory": "81559Mi",
-        "feature.gpustack.ai/acceleratable": "true",
-        "kubevirt.io/schedulable": "true",  # virt-handler's default placement: every node
-    }
     resources = {
         "cpu": str(CPUS[cpu]["cores"]),
         "ephemeral-storage": "7500000000Ki",
@@ -294,32 +321,31 @@ def node_object(cpu: int) -> dict[str, Any]:
         "hugepages-2Mi": "0",
         "memory": "2097152000Ki",
         "pods": "250",
-        VM_RESOURCE: "8",
+        **({VM_RESOURCE: "8"} if vm else {}),
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
+    kubelet = {
         "metadata": {
-            "name": name,
-            "uid": f"9{TOKEN}00-2b1c-4d3e-8f4a-5b6c7d8e9f{cpu:02d}",
-            "resourceVersion": f"9{TOKEN}",
-            "creationTimestamp": STAMP,
-            "labels": labels,
+            "labels": {
+                "beta.kubernetes.io/arch": "amd64",
+                "beta.kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "node.kubernetes.io/instance-type": "p5.48xlarge",
+                "topology.kubernetes.io/region": "eu-west-1",
+                "topology.kubernetes.io/zone": "eu-west-1a",
+            },
             "annotations": {
-                "node.alpha.kubernetes.io/ttl": "0",
                 "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                "nfd.node.kubernetes.io/feature-labels": ",".join(
-                    f"cpu-{k}" for k in NFD_CPU
-                ),
                 "csi.volume.kubernetes.io/nodeid": json.dumps({"ebs.csi.aws.com": f"i-0{TOKEN}"}),
             },
         },
         "spec": {
-            "podCIDR": "10.244.0.0/24",
-            "podCIDRs": ["10.244.0.0/24"],
             "providerID": f"aws:///eu-west-1a/i-0{TOKEN}a1b2c3d4",
             "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
         },
+    }
+    kubelet_status = {
         "status": {
             "capacity": resources,
             "allocatable": resources,
@@ -359,20 +385,140 @@ def node_object(cpu: int) -> dict[str, Any]:
             ],
         },
     }  # fmt: skip
+    controller_manager = {
+        "metadata": {"annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {"podCIDR": "10.244.0.0/24", "podCIDRs": ["10.244.0.0/24"]},
+    }
+    nfd = {
+        "metadata": {
+            "labels": {
+                **{f"feature.node.kubernetes.io/cpu-{k}": "true" for k in NFD_CPU},
+                "feature.node.kubernetes.io/kernel-version.full": "6.8.0-1015-aws",
+                "feature.node.kubernetes.io/pci-10de.present": "true",
+                "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+                "nvidia.com/gpu.count": "8",
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/gpu.memory": "81559",
+                "nvidia.com/cuda.driver.major": "580",
+                "gpustack.ai/managed": "true",
+                f"general.feature.gpustack.ai/{g_key}": "true",
+                f"acceleratable.feature.gpustack.ai/{A_KEY}": "true",
+                f"acceleratable.feature.gpustack.ai/{A_KEY}.count": "8",
+                f"acceleratable.feature.gpustack.ai/{A_KEY}.memory": "81559Mi",
+                "feature.gpustack.ai/acceleratable": "true",
+            },
+            "annotations": {
+                "nfd.node.kubernetes.io/feature-labels": ",".join(f"cpu-{k}" for k in NFD_CPU),
+            },
+        },
+    }
+    operator = {"metadata": {"labels": GPU_OPERATOR_VM_NODE if vm else GPU_OPERATOR_CONTAINER_NODE}}
+    writers = (
+        ("kubelet", "", kubelet),
+        ("kubelet", "status", kubelet_status),
+        ("kube-controller-manager", "", controller_manager),
+        ("nfd-master", "", nfd),
+        ("gpu-operator", "", operator),
+        (VIRT_HANDLER, "", virt_handler(cpu)),
+    )
+    metadata = {
+        "name": name,
+        "uid": f"9{TOKEN}00-2b1c-4d3e-8f4a-5b6c7d8e9f{cpu:02d}",
+        "resourceVersion": f"9{TOKEN}",
+        "creationTimestamp": STAMP,
+    }
+    node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
+    for _, _, part in writers:
+        _merge(node, part)
+    metadata["managedFields"] = [
+        apiserver.entry(manager, "Update", "v1", part, STAMP, subresource)
+        for manager, subresource, part in writers
+    ]
+    return node
+
+
+def _merge(target: dict[str, Any], part: dict[str, Any]) -> None:
+    for key, value in part.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+VIRT_HANDLER = "virt-handler"
+# What KubeVirt's node labeller (inside virt-handler) labels a node with, family by family, as
+# many of each as KubeVirt's own fixture of a labelled node carries
+# (pkg/virt-handler/node-labeller): the CPU features beyond the minimal model, the CPU models
+# usable and usable as a migration target, the host model and the features it requires, the
+# vendor, the TSC timer and the Hyper-V enlightenments.
+CPU_FEATURES = (
+    "3dnowprefetch abm adx aes amx-bf16 amx-int8 amx-tile arat arch-capabilities avx avx-vnni "
+    "avx2 avx512-bf16 avx512-fp16 avx512bitalg avx512bw avx512cd avx512dq avx512f avx512ifma "
+    "avx512vbmi avx512vbmi2 avx512vl avx512vnni bmi1 bmi2 clflushopt clwb erms f16c fma "
+    "fsgsbase fsrm gfni hypervisor ibpb ibrs ibrs-all invpcid invtsc md-clear mds-no movbe "
+    "pcid pclmuldq pdpe1gb pku rdseed rdtscp serialize sha-ni smap smep spec-ctrl ssbd "
+    "tsc-deadline umip"
+)
+CPU_MODELS = {
+    0: "Broadwell-noTSX Broadwell-noTSX-IBRS Cascadelake-Server-noTSX Haswell-noTSX "
+    "Haswell-noTSX-IBRS Icelake-Server-noTSX IvyBridge IvyBridge-IBRS Nehalem Nehalem-IBRS "
+    "Penryn SandyBridge SandyBridge-IBRS SapphireRapids Skylake-Server-noTSX-IBRS Westmere "
+    "Westmere-IBRS",
+    1: "EPYC EPYC-Genoa EPYC-IBPB EPYC-Milan EPYC-Milan-v2 EPYC-Rome EPYC-Rome-v4 Haswell-noTSX "
+    "IvyBridge Nehalem Opteron_G1 Opteron_G2 Opteron_G3 Penryn SandyBridge Westmere "
+    "Westmere-IBRS",
+}
+HOST_MODEL = {0: ("SapphireRapids", "Intel"), 1: ("EPYC-Genoa", "AMD")}
+HYPERV = (
+    "base frequencies ipi reenlightenment reset runtime synic synic2 synictimer time tlbflush "
+    "vpindex"
+)
+
+
+def virt_handler(cpu: int) -> dict[str, Any]:
+    """What virt-handler sets on every node it runs on: its heartbeat label and annotation
+    and its node labeller's labels."""
+    models = CPU_MODELS[cpu].split()
+    host_model, vendor = HOST_MODEL[cpu]
+    labels = {
+        "kubevirt.io/schedulable": "true",
+        "kubevirt.io/ksm-enabled": "false",
+        **{f"cpu-feature.node.kubevirt.io/{f}": "true" for f in CPU_FEATURES.split()},
+        **{f"cpu-model.node.kubevirt.io/{m}": "true" for m in models},
+        **{f"cpu-model-migration.node.kubevirt.io/{m}": "true" for m in models},
+        f"host-model-cpu.node.kubevirt.io/{host_model}": "true",
+        **{
+            f"host-model-required-features.node.kubevirt.io/{f}": "true"
+            for f in CPU_FEATURES.split()[::3]
+        },
+        f"cpu-vendor.node.kubevirt.io/{vendor}": "true",
+        "cpu-timer.node.kubevirt.io/tsc-frequency": "2000000000",
+        "cpu-timer.node.kubevirt.io/tsc-scalable": "true",
+        "scheduling.node.kubevirt.io/tsc-frequency-2000000000": "true",
+        **{f"hyperv.node.kubevirt.io/{h}": "true" for h in HYPERV.split()},
+    }
+    annotations = {"kubevirt.io/heartbeat": STAMP, "kubevirt.io/ksm-handler-managed": "false"}
+    return {"metadata": {"labels": labels, "annotations": annotations}}
+
+
+def without_virt_handler(node: dict[str, Any]) -> dict[str, Any]:
+    """The Node as it is where virt-handler does not run: none of what it set (a copy)."""
+    entries = node["metadata"]["managedFields"]
+    written = next(e for e in entries if e["manager"] == VIRT_HANDLER)["fieldsV1"]["f:metadata"]
+    metadata = dict(node["metadata"])
+    metadata["managedFields"] = [e for e in entries if e["manager"] != VIRT_HANDLER]
+    for part in ("labels", "annotations"):
+        keys = {key.removeprefix("f:") for key in written.get(f"f:{part}", {})}
+        metadata[part] = {k: v for k, v in metadata[part].items() if k not in keys}
+    return {**node, "metadata": metadata}
 
 
 def launcher_pod(index: int) -> dict[str, Any]:
-    """A KubeVirt launcher Pod holding two passthrough H100s on node `index`."""
+    """A KubeVirt launcher Pod holding two passthrough H100s on node `index`, as virt-controller
+    created it and its kubelet reports it."""
     node, vm = node_name(index), f"vm-{index:05d}"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
+    created = {
         "metadata": {
-            "name": f"virt-launcher-{vm}-x7k2p",
-            "namespace": "tenant-a",
-            "uid": f"{index:08d}-7c1d-4e2f-9a3b-4c5d6e7f8a9b",
-            "resourceVersion": f"7{index:05d}",
-            "creationTimestamp": STAMP,
             "labels": {"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": vm,
                        "vm.kubevirt.io/name": vm},
             "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
@@ -388,9 +534,29 @@ def launcher_pod(index: int) -> dict[str, Any]:
             ],
             "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
         },
+    }  # fmt: skip
+    reported = {
         "status": {"phase": "Running", "podIP": "10.244.3.17", "hostIP": "10.0.12.34",
                    "conditions": [{"type": "Ready", "status": "True"}]},
     }  # fmt: skip
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"virt-launcher-{vm}-x7k2p",
+            "namespace": "tenant-a",
+            "uid": f"{index:08d}-7c1d-4e2f-9a3b-4c5d6e7f8a9b",
+            "resourceVersion": f"7{index:05d}",
+            "creationTimestamp": STAMP,
+        },
+    }
+    _merge(pod, created)
+    _merge(pod, reported)
+    pod["metadata"]["managedFields"] = [
+        apiserver.entry("virt-controller", "Update", "v1", created, STAMP),
+        apiserver.entry("kubelet", "Update", "v1", reported, STAMP, "status"),
+    ]
+    return pod
 
 
 GPU_CLASSES = [
@@ -438,31 +604,14 @@ RUNTIME_CLASS = {
 VM_NODES_EVERY = 4  # launchers run on every fourth node: the VM nodes
 
 
-def container_mode(node: dict[str, Any]) -> None:
-    """A node the GPU Operator runs in container mode: no sandbox device plugin, so no VM
-    resource advertised."""
-    labels = node["metadata"]["labels"]
-    for key in GPU_OPERATOR_VM_NODE:
-        del labels[key]
-    labels.update(GPU_OPERATOR_CONTAINER_NODE)
-    for part in ("capacity", "allocatable"):
-        node["status"][part].pop(VM_RESOURCE)
-
-
 def vm_nodes_only(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The Nodes as virt-handler placed on the VM nodes alone labels them: the others carry no
-    `kubevirt.io/schedulable` (copies; the cluster's own Nodes are left as they are)."""
-    found = []
-    for index, node in enumerate(nodes):
-        if index % VM_NODES_EVERY:
-            node = {**node, "metadata": dict(node["metadata"])}
-            node["metadata"]["labels"] = {
-                k: v
-                for k, v in node["metadata"]["labels"].items()
-                if k != "kubevirt.io/schedulable"
-            }
-        found.append(node)
-    return found
+    """The Nodes as they are with virt-handler placed on the VM nodes alone: the others carry
+    nothing of it, `kubevirt.io/schedulable` included (copies; the cluster's own Nodes are left
+    as they are)."""
+    return [
+        node if index % VM_NODES_EVERY == 0 else without_virt_handler(node)
+        for index, node in enumerate(nodes)
+    ]
 
 
 @dataclass
@@ -480,19 +629,25 @@ class Cluster:
         return self.objects.get(kind, [])
 
 
-def templates() -> dict[tuple[int, int], tuple[str, str, str, str]]:
-    """Per (shape, cpu): the JSON of the Devices, its 0.1.x form, its summary and its Node."""
+def templates() -> dict[tuple[int, int], tuple[str, ...]]:
+    """Per (shape, cpu): the JSON of the Devices, its 0.1.x form, its summary, and its Node as a
+    VM node and as a container node."""
     found = {}
     for shape in range(SHAPES):
         for cpu in range(len(CPUS)):
             obj, summary = devices_object(shape, cpu)
-            found[shape, cpu] = tuple(
-                json.dumps(o) for o in (obj, old_devices(obj), summary, node_object(cpu))
+            objects = (
+                obj,
+                old_devices(obj),
+                summary,
+                node_object(cpu, True),
+                node_object(cpu, False),
             )
+            found[shape, cpu] = tuple(json.dumps(o) for o in objects)
     return found
 
 
-_TEMPLATES: dict[tuple[int, int], tuple[str, str, str, str]] = {}
+_TEMPLATES: dict[tuple[int, int], tuple[str, ...]] = {}
 
 
 def build(nodes: int) -> Cluster:
@@ -504,13 +659,11 @@ def build(nodes: int) -> Cluster:
     for kind in kinds:
         cluster.objects[kind] = []
     for index in range(nodes):
-        texts = _TEMPLATES[index % SHAPES, (index // SHAPES) % len(CPUS)]
+        *texts, vm_node, container_node = _TEMPLATES[index % SHAPES, (index // SHAPES) % len(CPUS)]
+        texts.append(container_node if index % VM_NODES_EVERY else vm_node)
         number = f"{index:05d}"
         for kind, text in zip(kinds, texts, strict=True):
             cluster.objects[kind].append(json.loads(text.replace(TOKEN, number)))
-    for index, node in enumerate(cluster.objects["Node"]):
-        if index % VM_NODES_EVERY:
-            container_mode(node)
     cluster.objects["Pod"] = [launcher_pod(i) for i in range(0, nodes, VM_NODES_EVERY)]
     cluster.objects["GPUClass"] = copy.deepcopy(GPU_CLASSES)
     cluster.objects["KubeVirt"] = [copy.deepcopy(KUBEVIRT)]
