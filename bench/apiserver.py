@@ -14,8 +14,9 @@ marks each object it set with `.`.
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Lists whose items are merged by key (their Kubernetes listMapKeys), and lists that are sets;
@@ -49,6 +50,32 @@ def entry(
     if subresource:
         found["subresource"] = subresource
     return found
+
+
+def stored(
+    identity: Mapping[str, Any],
+    updates: Sequence[tuple[str, str, Mapping[str, Any]]],
+    time: str,
+) -> dict[str, Any]:
+    """An object as the API server stores it: `identity` (apiVersion, kind, metadata's name,
+    uid...), then each writer's Update in turn — (manager, subresource, the fields it set) —
+    with its managedFields entry."""
+    found = copy.deepcopy(dict(identity))
+    for _, _, fields in updates:
+        _set(found, fields)
+    found["metadata"]["managedFields"] = [
+        entry(manager, "Update", found["apiVersion"], fields, time, subresource)
+        for manager, subresource, fields in updates
+    ]
+    return found
+
+
+def _set(target: dict[str, Any], fields: Mapping[str, Any]) -> None:
+    for key, value in fields.items():
+        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            _set(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
 
 
 def _object(value: Mapping[str, Any], update: bool, top: bool = False) -> dict[str, Any]:

@@ -413,7 +413,17 @@ def node_object(cpu: int, vm: bool) -> dict[str, Any]:
         },
     }
     operator = {"metadata": {"labels": GPU_OPERATOR_VM_NODE if vm else GPU_OPERATOR_CONTAINER_NODE}}
-    writers = (
+    identity = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "uid": f"9{TOKEN}00-2b1c-4d3e-8f4a-5b6c7d8e9f{cpu:02d}",
+            "resourceVersion": f"9{TOKEN}",
+            "creationTimestamp": STAMP,
+        },
+    }
+    updates = (
         ("kubelet", "", kubelet),
         ("kubelet", "status", kubelet_status),
         ("kube-controller-manager", "", controller_manager),
@@ -421,28 +431,7 @@ def node_object(cpu: int, vm: bool) -> dict[str, Any]:
         ("gpu-operator", "", operator),
         (VIRT_HANDLER, "", virt_handler(cpu)),
     )
-    metadata = {
-        "name": name,
-        "uid": f"9{TOKEN}00-2b1c-4d3e-8f4a-5b6c7d8e9f{cpu:02d}",
-        "resourceVersion": f"9{TOKEN}",
-        "creationTimestamp": STAMP,
-    }
-    node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
-    for _, _, part in writers:
-        _merge(node, part)
-    metadata["managedFields"] = [
-        apiserver.entry(manager, "Update", "v1", part, STAMP, subresource)
-        for manager, subresource, part in writers
-    ]
-    return node
-
-
-def _merge(target: dict[str, Any], part: dict[str, Any]) -> None:
-    for key, value in part.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
+    return apiserver.stored(identity, updates, STAMP)
 
 
 VIRT_HANDLER = "virt-handler"
@@ -539,7 +528,7 @@ def launcher_pod(index: int) -> dict[str, Any]:
         "status": {"phase": "Running", "podIP": "10.244.3.17", "hostIP": "10.0.12.34",
                    "conditions": [{"type": "Ready", "status": "True"}]},
     }  # fmt: skip
-    pod: dict[str, Any] = {
+    identity = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -550,13 +539,8 @@ def launcher_pod(index: int) -> dict[str, Any]:
             "creationTimestamp": STAMP,
         },
     }
-    _merge(pod, created)
-    _merge(pod, reported)
-    pod["metadata"]["managedFields"] = [
-        apiserver.entry("virt-controller", "Update", "v1", created, STAMP),
-        apiserver.entry("kubelet", "Update", "v1", reported, STAMP, "status"),
-    ]
-    return pod
+    updates = (("virt-controller", "", created), ("kubelet", "status", reported))
+    return apiserver.stored(identity, updates, STAMP)
 
 
 GPU_CLASSES = [
