@@ -19,6 +19,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from functions.simulate.apiserver import merge
+
 # Lists whose items are merged by key (their Kubernetes listMapKeys), and lists that are sets;
 # every other list is atomic: one leaf.
 KEYED = {
@@ -62,20 +64,12 @@ def stored(
     with its managedFields entry."""
     found = copy.deepcopy(dict(identity))
     for _, _, fields in updates:
-        _set(found, fields)
+        merge(found, fields)  # what an Update sets, as a merge patch would
     found["metadata"]["managedFields"] = [
         entry(manager, "Update", found["apiVersion"], fields, time, subresource)
         for manager, subresource, fields in updates
     ]
     return found
-
-
-def _set(target: dict[str, Any], fields: Mapping[str, Any]) -> None:
-    for key, value in fields.items():
-        if isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _set(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
 
 
 def _object(value: Mapping[str, Any], update: bool, top: bool = False) -> dict[str, Any]:
