@@ -61,16 +61,18 @@ class Server:
 
     def memory(self) -> tuple[float, float]:
         """(resident MiB of all its processes now, peak MiB of its largest process)."""
-        rss = peak = 0.0
-        for pid in self.processes():
-            with contextlib.suppress(OSError):
-                fields = dict(
-                    line.split(":", 1)
-                    for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                )
-                rss += int(fields["VmRSS"].split()[0]) / 1024
-                peak = max(peak, int(fields["VmHWM"].split()[0]) / 1024)
-        return rss, peak
+        found = [process_memory(pid) for pid in self.processes()]
+        return sum(rss for rss, _ in found), max((peak for _, peak in found), default=0.0)
+
+
+def process_memory(pid: int) -> tuple[float, float]:
+    """A process's resident and peak resident MiB, from /proc; nothing once it has gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0, 0.0
+    fields = dict(line.split(":", 1) for line in status.splitlines())
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
 @contextlib.contextmanager

@@ -15,7 +15,6 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 from bench import cluster, e2e, requests
 
@@ -25,16 +24,7 @@ CONCURRENT, ROUNDS = e2e.WORKERS, 3
 
 
 def resident_mib(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue  # a worker replaced meanwhile
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) / 1024
-    return total
+    return sum(e2e.process_memory(pid)[0] for pid in pids)
 
 
 def peak_mib(server: e2e.Server, payload: bytes) -> float:
