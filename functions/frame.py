@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +39,10 @@ from crossplane.function import logging, response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 from google.protobuf.internal import api_implementation
+from google.protobuf.message import DecodeError
 
-from functions.handlers.base import Handler, InputError, Request, Requirement
+from functions import wire
+from functions.handlers.base import Handler, InputError, Request, RequiredStrings, Requirement
 from functions.handlers.desired import Desired, Severity
 from functions.views import ShapeError, View, message_of, plain, view_of
 
@@ -88,19 +90,33 @@ _RESOURCE = operator.attrgetter("resource")
 
 
 class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
-    """Required objects by requirement name, read from either protocol field on demand; each
-    name's list is made once (a pool's holds thousands of objects)."""
+    """Required objects by requirement name, read on demand from either protocol field, or
+    from the encoded Resources `wire.split` held back, parsed when their objects are first read
+    (a pool that reads one string of each never parses them: `strings`). Each name's list is
+    made once (a pool's holds thousands of objects)."""
 
-    def __init__(self, req: fnv1.RunFunctionRequest):
-        self.req = req
+    def __init__(self, req: fnv1.RunFunctionRequest, held: Mapping[str, bytes]):
+        self.req, self.held = req, held
         self.lists: dict[str, Sequence[struct_pb2.Struct]] = {}
+        self.gathered: dict[str, RequiredStrings] = {}
 
     def _resources(self, name: str) -> fnv1.Resources | None:
+        if name in self.held:
+            return _parsed(name, fnv1.Resources.FromString, self.held[name])
         if name in self.req.required_resources:
             return self.req.required_resources[name]
         if name in self.req.extra_resources:
             return self.req.extra_resources[name]
         return None
+
+    def strings(self, name: str) -> RequiredStrings | None:
+        """The strings two levels inside `name`'s objects, gathered without parsing them where
+        they were held back (once per name); None where they were not."""
+        if name not in self.held:
+            return None
+        if name not in self.gathered:
+            self.gathered[name] = _parsed(name, wire.strings_in, self.held[name])
+        return self.gathered[name]
 
     def __getitem__(self, name: str) -> Sequence[struct_pb2.Struct]:
         if name not in self.lists:
@@ -111,13 +127,27 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         return self.lists[name]
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._resources(name) is not None
+        return isinstance(name, str) and (
+            name in self.held
+            or name in self.req.required_resources
+            or name in self.req.extra_resources
+        )
 
     def __iter__(self) -> Iterator[str]:
-        return iter({*self.req.required_resources, *self.req.extra_resources})
+        return iter({*self.held, *self.req.required_resources, *self.req.extra_resources})
 
     def __len__(self) -> int:
-        return len({*self.req.required_resources, *self.req.extra_resources})
+        return len(set(self))
+
+
+def _parsed(name: str, parse: Callable[[bytes], Any], encoded: bytes) -> Any:
+    try:
+        return parse(encoded)
+    except DecodeError as error:
+        raise InputError(
+            f"required resources {name!r}",
+            f"cannot be parsed ({error}); the request is damaged — check what sent it",
+        ) from error
 
 
 def allow_deep_messages() -> None:
@@ -139,15 +169,26 @@ MAX_MESSAGE_DEPTH = 65_535
 allow_deep_messages()
 
 
-def request_of(req: fnv1.RunFunctionRequest) -> Request:
+def request_of(req: fnv1.RunFunctionRequest, held: Mapping[str, bytes] | None = None) -> Request:
+    """The handler's view of `req`, whose required resources `held` holds back encoded, if
+    any (`wire.split`)."""
+    return _request_of(req, _Required(req, held or {}))
+
+
+def _request_of(req: fnv1.RunFunctionRequest, required: _Required) -> Request:
     observed = {name: r.resource for name, r in req.observed.resources.items()}
     kept = Protocol.of(req).filters_namespaces
-    return Request(req.observed.composite.resource, observed, _Required(req), None, req.input, kept)
+    composite = req.observed.composite.resource
+    return Request(composite, observed, required, None, req.input, kept, required.strings)
 
 
-def run(handler: Handler, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
-    """Run `handler` on `req` inside the frame; never raises."""
-    request = request_of(req)
+def run(
+    handler: Handler, req: fnv1.RunFunctionRequest, held: Mapping[str, bytes] | None = None
+) -> fnv1.RunFunctionResponse:
+    """Run `handler` on `req` (its required resources held back in `held`, if any) inside the
+    frame; never raises."""
+    required = _Required(req, held or {})
+    request = _request_of(req, required)
     protocol = Protocol.of(req)
     try:
         check_composite(request, handler)
@@ -164,7 +205,7 @@ def run(handler: Handler, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionRespo
     except (InputError, ShapeError) as error:
         return refuse(req, str(error), handler.ttl)
     except RecursionError:
-        return refuse(req, too_deep(req), handler.ttl)
+        return refuse(req, too_deep(req, required), handler.ttl)
     except Exception as error:  # the frame's promise: a result, never a raised exception
         logging.get_logger().exception("handler failed", handler=handler.name, tag=req.meta.tag)
         return refuse(
@@ -200,22 +241,21 @@ def check_composite(request: Request, handler: Handler) -> None:
         raise InputError("metadata.uid", f"must be a string, got {type(uid).__name__}")
 
 
-def too_deep(req: fnv1.RunFunctionRequest) -> str:
+def too_deep(req: fnv1.RunFunctionRequest, required: Mapping[str, Sequence[Any]]) -> str:
     """A Fatal message naming the most deeply nested object of the request."""
-    depth, where = max(_depths(req), default=(0, "an object"))
+    depth, where = max(_depths(req, required), default=(0, "an object"))
     return (
         f"{where}: is nested {depth} levels deep, deeper than this function can read; "
         "flatten it (Kubernetes allows it, but no gpustack object needs nesting this deep)"
     )
 
 
-def _depths(req: fnv1.RunFunctionRequest) -> Iterator[tuple[int, str]]:
+def _depths(
+    req: fnv1.RunFunctionRequest, required: Mapping[str, Sequence[Any]]
+) -> Iterator[tuple[int, str]]:
     objects = [("composite", req.observed.composite.resource)]
     objects += [(f"observed {n}", r.resource) for n, r in req.observed.resources.items()]
-    for field in (req.required_resources, req.extra_resources):
-        objects += [
-            (f"required {n}", i.resource) for n, found in field.items() for i in found.items
-        ]
+    objects += [(f"required {n}", obj) for n, found in required.items() for obj in found]
     for label, struct in objects:
         view = view_of(struct)
         kind, name = view.str("kind") or "object", view.name or "without a name"

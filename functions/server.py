@@ -30,7 +30,7 @@ import asyncio
 import multiprocessing
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -45,7 +45,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from functions import frame, memory, metrics
+from functions import frame, memory, metrics, wire
 from functions.handlers import HANDLERS
 from functions.views import view_of
 
@@ -139,8 +139,11 @@ WORKER_MEMORY = memory.IdleTrim()  # each worker's own: its thread starts after 
 def serve_bytes(payload: bytes) -> tuple[bytes, bytes, str]:
     """One call in a worker: the response's bytes, the part of it metrics read (its results,
     conditions and composite, so the server never parses a large message), and the handler."""
-    req = fnv1.RunFunctionRequest.FromString(payload)
-    rsp = run_function(req)
+    if len(payload) > INLINE_MAX_BYTES:  # a pool's: its objects parsed only if read (wire.py)
+        req, held = wire.split(payload)
+    else:
+        req, held = fnv1.RunFunctionRequest.FromString(payload), {}
+    rsp = run_function(req, held)
     told = fnv1.RunFunctionResponse(results=rsp.results, conditions=rsp.conditions)
     told.desired.composite.CopyFrom(rsp.desired.composite)
     return rsp.SerializeToString(deterministic=True), told.SerializeToString(), handler_name(req)
@@ -200,7 +203,11 @@ def handler_name(req: fnv1.RunFunctionRequest) -> str:
     return name if isinstance(name, str) and name in HANDLERS else metrics.UNKNOWN_HANDLER
 
 
-def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+def run_function(
+    req: fnv1.RunFunctionRequest, held: Mapping[str, bytes] | None = None
+) -> fnv1.RunFunctionResponse:
+    """The response of the handler the step input names; `held`: the required resources
+    `wire.split` held back as bytes."""
     valid = ", ".join(sorted(HANDLERS))
     step_input = view_of(req.input)
     api_version, kind = step_input.str("apiVersion"), step_input.str("kind")
@@ -219,7 +226,7 @@ def run_function(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         return frame.refuse(
             req, f"input.handler: unknown handler {name!r}; valid handlers: {valid}"
         )
-    return frame.run(handler, req)
+    return frame.run(handler, req, held)
 
 
 def _runner_handler(service: str, call) -> grpc.GenericRpcHandler:

@@ -9,7 +9,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from functions import frame
+from functions import frame, wire
 from functions.handlers.base import Handler, InputError, Requirement
 from functions.handlers.desired import Desired
 
@@ -253,3 +253,60 @@ def test_a_response_that_cannot_be_written_is_a_fatal_result_not_an_exception():
     assert [r.severity for r in rsp.results] == [fnv1.SEVERITY_FATAL]
     assert rsp.results[0].message.startswith("h handler failed: ")
     assert rsp.desired == req.desired
+
+
+# --- required resources held back as bytes (functions/wire.py) ---------------------------------
+
+
+def test_required_objects_held_back_as_bytes_read_as_if_parsed_whole():
+    seen = {}
+
+    def compose(request):
+        seen["objects"] = [view.to_dict() for view in request.required("found") or ()]
+        seen["strings"] = request.required_strings("found")
+        return Desired()
+
+    req = request()
+    for name in ("b", "a"):
+        req.required_resources["found"].items.add().resource.update(
+            {**CONFIG_MAP, "metadata": {"name": name}, "data": {"k": f"v-{name}"}}
+        )
+    handler = Handler("h", frozenset({"Thing"}), compose)
+    parsed = frame.run(handler, req)
+    parsed_objects = seen["objects"]
+    assert seen["strings"] is None  # nothing held back: nothing gathered
+    split = frame.run(handler, *wire.split(req.SerializeToString()))
+    assert split == parsed and seen["objects"] == parsed_objects
+    assert [o["metadata"]["name"] for o in parsed_objects] == ["a", "b"]
+    assert seen["strings"].objects == 2
+    assert sorted(seen["strings"].strings) == ["a", "b", "v-a", "v-b"]
+
+
+def test_held_back_objects_that_cannot_be_parsed_get_a_fatal_naming_them():
+    def compose(request):
+        request.required("found")
+        return Desired()
+
+    req = request()
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req, {"found": b"\x0a\xff\x01"})
+    assert [r.message.split(" (")[0] for r in rsp.results] == [
+        "required resources 'found': cannot be parsed"
+    ]
+    assert rsp.results[0].message.endswith("the request is damaged — check what sent it")
+    assert rsp.desired == req.desired
+
+
+def test_a_held_back_object_nested_too_deep_gets_a_fatal_naming_it():
+    def compose(request):
+        for view in request.required("found") or ():
+            view.to_dict()
+        return Desired()
+
+    req = request()
+    deep = req.required_resources["found"].items.add().resource
+    deep.update({"kind": "ConfigMap", "metadata": {"name": "deep"}})
+    deep.fields["data"].struct_value.CopyFrom(nested(3000))
+    rsp = frame.run(
+        Handler("h", frozenset({"Thing"}), compose), *wire.split(req.SerializeToString())
+    )
+    assert [r.message.split(":")[0] for r in rsp.results] == ["required found ConfigMap deep"]

@@ -42,6 +42,15 @@ class Requirement:
 Objects = Mapping[str, Any]  # name → a Struct, a dict, or a View
 
 
+@dataclass(frozen=True)
+class RequiredStrings:
+    """Every string two levels inside some required objects (each object's `metadata.name`,
+    a ConfigMap's `data.<key>`, ...), in the order they came, and how many objects there are."""
+
+    objects: int
+    strings: list[str]
+
+
 class Request:
     """Read access to one function call: the composite, observed and required objects.
 
@@ -58,6 +67,7 @@ class Request:
         requirements: Mapping[str, Requirement] | None = None,
         step_input: Any = None,
         namespaces_kept: bool = False,
+        strings: Callable[[str], RequiredStrings | None] | None = None,
     ):
         self.xr: View = view_of(composite)
         self.input: View = view_of(step_input)
@@ -67,6 +77,7 @@ class Request:
         # The caller fetched each namespaced requirement from its namespace only (Crossplane
         # 2.2+): `required_objects` need not be filtered again.
         self.namespaces_kept = namespaces_kept
+        self._strings = strings
         self._views: dict[str, list[View]] = {}  # required(name), built once per request
 
     @classmethod
@@ -87,6 +98,7 @@ class Request:
             requirements,
             self.input,
             self.namespaces_kept,
+            self._strings,
         )
 
     @property
@@ -128,6 +140,15 @@ class Request:
         if name not in self._required or self._required[name] is None:
             return None
         return self._required[name] or ()
+
+    def required_strings(self, name: str) -> RequiredStrings | None:
+        """The strings two levels inside the required objects, gathered from the request's
+        bytes without reading the objects (functions/wire.py); None where they are not
+        resolved, or came already parsed (or as dicts). Which object a string came from is not
+        told: `required_objects` tells that."""
+        if self._strings is None or name not in self._required:
+            return None
+        return self._strings(name)
 
     def required_one(self, name: str) -> View | None:
         items = self.required(name)

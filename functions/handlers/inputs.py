@@ -14,7 +14,7 @@ has published its node's summary, a pool must not drop or drain its queues.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from google.protobuf import struct_pb2
@@ -25,7 +25,7 @@ from functions.core.pools import NodeSummary
 from functions.core.settings import Settings, SettingsError
 from functions.core.status import StatusError
 from functions.core.status import summary as node_summary
-from functions.handlers.base import Request, Requirement
+from functions.handlers.base import Request, RequiredStrings, Requirement
 from functions.handlers.desired import Desired
 from functions.views import View
 
@@ -64,6 +64,10 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
 
     Nothing is allocated per node that outlives the call but the summary itself: objects that
     survive a request's young collections bring on a full one over every summary kept."""
+    summaries = _gathered_summaries(request)
+    if summaries is not None:
+        inputs_readable(desired, "node summaries", [])
+        return summaries
     given = request.required_objects(SUMMARIES) or ()
     namespace = _namespace(request)
     # A caller that ignored the selector's namespace (Crossplane 1.x) may hand over others.
@@ -83,6 +87,34 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
 
 
 _NODE = operator.attrgetter("node")
+
+
+def _gathered_summaries(request: Request) -> list[NodeSummary] | None:
+    """Every summary, read from the strings gathered out of the request's bytes without
+    reading the objects one by one (functions/wire.py: what the frame held back); None where
+    that cannot be told exactly, and the objects are read one by one, which names what is wrong.
+
+    A summary's text is told from the objects' other strings (names, uids, timestamps, facts
+    texts) by how it begins (`SUMMARY_START`), and gives its facts by digest. So this holds
+    only where there are as many such texts as objects, each readable, each of another node:
+    one per object, as the devices handler writes them. (A hand-made ConfigMap could still
+    pass: one whose `data.summary` is not a summary, but which holds one under another key.)"""
+    gathered = _gathered_strings(request)
+    if gathered is None:
+        return None
+    texts = [text for text in gathered.strings if text.startswith(node_summary.SUMMARY_START)]
+    if len(texts) != gathered.objects:
+        return None
+    summaries = MEMO.read_texts(texts, gathered.strings)
+    if summaries is None or len(set(map(_NODE, summaries))) < len(summaries):
+        return None
+    return sorted(summaries, key=_NODE)
+
+
+def _gathered_strings(request: Request) -> RequiredStrings | None:
+    """The strings of the summaries gathered from the request's bytes, where the caller kept to
+    their namespace (none other's can be told apart)."""
+    return None if _namespace(request) else request.required_strings(SUMMARIES)
 
 
 def _one_per_node(
@@ -140,6 +172,7 @@ class SummaryMemo:
         self.parsed: dict[str, NodeSummary] = {}
         self.earlier: dict[str, NodeSummary] = {}
         self.facts: dict[str, str] = {}  # one copy of each facts text, shared by its nodes
+        self.by_digest: dict[str, str] = {}  # the same texts by digest, as summaries name them
         self.largest = 0  # objects in the largest request read
 
     def read_all(
@@ -148,9 +181,33 @@ class SummaryMemo:
         """Each object's summary; None for one that cannot be read, named in `problems`.
 
         Texts seen before are looked up for the whole request at once; the rest (new texts,
-        and anything not a string) go through `read`, which names what is wrong."""
-        self.largest = max(self.largest, len(objects))
+        and anything not a string) are read from their object, which names what is wrong."""
         texts = list(summary_texts(objects))
+
+        def parse(index: int) -> NodeSummary | None:
+            try:
+                return self._parse(objects[index], texts[index])
+            except StatusError as error:
+                problems.append((_where(objects[index]), error.field, error.problem))
+                return None
+
+        return self._look_up(texts, parse)
+
+    def read_texts(self, texts: list[str], strings: list[str]) -> list[NodeSummary] | None:
+        """The summaries of these texts, each text's facts found among `strings` by the digest
+        it names; None if one cannot be read (its object then names what is wrong)."""
+        facts = _FactsByDigest(self.by_digest, strings)
+        try:
+            found = self._look_up(texts, lambda index: node_summary.read(texts[index], facts))
+        except StatusError:
+            return None
+        return cast(list[NodeSummary], found)  # each one read, or `read` raised
+
+    def _look_up(
+        self, texts: list[str], parse: Callable[[int], NodeSummary | None]
+    ) -> list[NodeSummary | None]:
+        """Each text's summary: kept, or parsed (`parse` of its index) and kept."""
+        self.largest = max(self.largest, len(texts))
         found = list(map(self.parsed.get, texts))
         # The steady state: every text seen before. (`all`, as a summary is always true:
         # `None in found` would call each summary's __eq__.)
@@ -160,18 +217,11 @@ class SummaryMemo:
         if len(self.parsed) + len(missing) > self.TURN * max(self.largest, self.SMALLEST):
             self._turn({texts[index] for index in missing})
         for index in missing:
-            try:
-                found[index] = self.read(objects[index], texts[index])
-            except StatusError as error:
-                problems.append((_where(objects[index]), error.field, error.problem))
-        return found
-
-    def read(self, obj: Any, text: str) -> NodeSummary:
-        """`obj`'s summary, whose `data.summary` reads `text` ("" where it is not a string)."""
-        found = self.parsed.get(text)
-        if found is None:
-            found = self.earlier.pop(text, None) or self._parse(obj, text)
-            self.parsed[text] = found
+            text = texts[index]
+            summary = self.parsed.get(text) or self.earlier.pop(text, None) or parse(index)
+            if summary is not None:
+                self.parsed[text] = summary
+            found[index] = summary
         return found
 
     def _turn(self, wanted: set[str]) -> None:
@@ -179,7 +229,7 @@ class SummaryMemo:
         texts, which the request about to read them keeps."""
         kept = {text: self.earlier[text] for text in wanted if text in self.earlier}
         self.parsed, self.earlier = kept, self.parsed
-        self.facts = {}  # the summaries kept hold their own; new ones share afresh
+        self.facts, self.by_digest = {}, {}  # the summaries kept hold their own
 
     def _parse(self, obj: Any, text: str) -> NodeSummary:
         if not text:  # missing, empty or not a string: the general reader raises, saying which
@@ -190,7 +240,30 @@ class SummaryMemo:
 
     def clear(self) -> None:
         """Forget every summary and request (a worker's first sight of its pools)."""
-        self.parsed, self.earlier, self.facts, self.largest = {}, {}, {}, 0
+        self.parsed, self.earlier, self.facts, self.by_digest = {}, {}, {}, {}
+        self.largest = 0
+
+
+class _FactsByDigest(Mapping[str, str]):
+    """Facts texts by the digest summaries name them by: those found before, and once one is
+    asked for that is not among them, every facts text among a request's `strings`."""
+
+    def __init__(self, known: dict[str, str], strings: list[str]):
+        self.known, self.strings = known, strings
+        self.searched = False
+
+    def __getitem__(self, digest: str) -> str:
+        if digest not in self.known and not self.searched:
+            self.searched = True
+            for text in {s for s in self.strings if s.startswith(node_summary.FACTS_START)}:
+                self.known.setdefault(node_summary.facts_digest(text), text)
+        return self.known[digest]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.known)
+
+    def __len__(self) -> int:
+        return len(self.known)
 
 
 MEMO = SummaryMemo()
@@ -222,9 +295,9 @@ def summary_texts(objects: Sequence[Any]) -> Iterable[str]:
 
 def summaries_missing(request: Request, composed: Iterable[str]) -> bool:
     """No summary read (not resolved yet, or none published) while something was composed."""
-    return not request.required_objects(SUMMARIES) and any(
-        request.observed(name) is not None for name in composed
-    )
+    gathered = _gathered_strings(request)
+    found = gathered.objects if gathered is not None else request.required_objects(SUMMARIES)
+    return not found and any(request.observed(name) is not None for name in composed)
 
 
 def keep_observed(request: Request, desired: Desired, what: str) -> Desired:

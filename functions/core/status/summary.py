@@ -43,6 +43,10 @@ VERSION = 1
 SUMMARY_KEY, FACTS_KEY = "summary", "facts"
 SUMMARY_AT, FACTS_AT = f"data.{SUMMARY_KEY}", f"data.{FACTS_KEY}"
 RESOURCE_TYPE = "node-summary"  # the value of labels.RESOURCE_TYPE on every summary
+# How each text begins (keys are sorted, and these come first): a reader that gathers every
+# string of many objects at once (functions/wire.py) tells the summaries apart by it.
+SUMMARY_START, FACTS_START = '{"arch":', '{"cpu":'
+
 NAME_SUFFIX = "gpustack-summary"
 
 # The figures each version packs, in order; frozen once released (see the module docstring).
@@ -137,6 +141,9 @@ def read(text: Any, facts: Any = None) -> NodeSummary:
     """A node's summary from its `summary` string, with its `facts` string parsed only when a
     caller first asks for the hardware. Raises StatusError naming what cannot be read.
 
+    `facts` may instead map facts texts by their digest, for a reader that cannot tell which
+    object a facts text came from: the summary names its own, which must be there.
+
     The summary holds plain data and one `partial`, no closure: a worker keeps thousands of
     summaries, and every object the garbage collector tracks is one it walks on each full
     collection (the closures it held, with the memo's, were seven such objects per node)."""
@@ -147,6 +154,10 @@ def read(text: Any, facts: Any = None) -> NodeSummary:
     for key, packed in _object(document.get("groups"), "groups").items():
         groups[key] = _group(key, packed, layout, partitions.get(key))
     cores = _whole(document.get("cores"), "cores")
+    if isinstance(facts, Mapping):
+        facts = facts.get(_text(document.get("facts"), "facts"))
+        if facts is None:
+            raise StatusError(FACTS_AT, "is not the one the summary names")
     return NodeSummary(
         node=_text(document.get("node"), "node", required=True),
         os=_text(document.get("os"), "os"),

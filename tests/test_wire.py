@@ -1,0 +1,205 @@
+"""A pool's request read from its bytes (functions/wire.py, docs/performance.md).
+
+A worker parses a pool's request without its required objects, and a pool reads its nodes'
+summaries from every string gathered two levels inside them. What it answers must be what it
+answers from the objects parsed whole, byte for byte; where the strings cannot tell that
+exactly (a repeated node, an unreadable summary, a caller that may ignore the namespace) the
+objects are read one by one, and name what is wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf.message import DecodeError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from functions import pipeline, wire
+from functions.core.status import summary as node_summary
+from functions.handlers import inputs
+from functions.server import run_function
+from tests.test_scale import INPUT, catalog_object, pool_type, summary_of
+
+# --- the two readings ---------------------------------------------------------------------------
+
+
+def test_a_request_is_split_from_its_required_resources_which_stay_as_they_came():
+    req = pipeline.request(pool_type(), {"queue": {"kind": "ClusterQueue"}}, INPUT)
+    req.meta.tag = "t"
+    req.context.update({"k": "v"})
+    req.required_resources["summaries"].items.add().resource.update({"kind": "ConfigMap"})
+    req.required_resources["catalog"].SetInParent()  # resolved: none
+    req.extra_resources["catalog"].items.add().resource.update({"kind": "Old"})  # 1.x's field
+    req.extra_resources["namespaces"].items.add().resource.update({"kind": "Namespace"})
+
+    rest, held = wire.split(req.SerializeToString())
+
+    expected = copy.deepcopy(req)
+    expected.ClearField("required_resources")
+    expected.ClearField("extra_resources")
+    assert rest == expected
+    parsed = {name: fnv1.Resources.FromString(value) for name, value in held.items()}
+    assert parsed == {
+        "summaries": req.required_resources["summaries"],
+        "catalog": req.required_resources["catalog"],  # the newer field wins, as in the frame
+        "namespaces": req.extra_resources["namespaces"],
+    }
+
+
+def test_a_request_whose_framing_is_broken_is_refused_whole():
+    with pytest.raises(DecodeError):
+        wire.split(b"\x0a\xff\x01")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**50), 2**50) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=5), JSON, max_size=4), max_size=6))
+def test_every_string_two_levels_inside_the_objects_is_gathered_and_the_objects_counted(objects):
+    resources = fnv1.Resources()
+    for obj in objects:
+        resources.items.add().resource.update(obj)
+    found = wire.strings_in(resources.SerializeToString())
+    expected = [
+        inner
+        for obj in objects
+        for value in obj.values()
+        if isinstance(value, dict)
+        for inner in value.values()
+        if isinstance(inner, str)
+    ]
+    assert found.objects == len(objects)
+    assert Counter(found.strings) == Counter(expected)
+
+
+def test_a_summary_and_its_facts_are_told_from_the_other_strings_by_how_they_begin(walkthrough):
+    for obj in walkthrough.values():
+        data = summary_of(obj)["data"]
+        assert data["summary"].startswith(node_summary.SUMMARY_START)
+        assert data["facts"].startswith(node_summary.FACTS_START)
+        assert not data["facts"].startswith(node_summary.SUMMARY_START)
+
+
+# --- pools read from the gathered strings -------------------------------------------------------
+
+
+def final_request(handler: str, objects: list[dict], caller=pipeline.CROSSPLANE_2) -> bytes:
+    """The bytes of the last call of one reconcile of `handler`'s pool over `objects`."""
+    composite = catalog_object() if handler == "catalog" else pool_type()
+    calls: list[fnv1.RunFunctionRequest] = []
+
+    def recording(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        calls.append(copy.deepcopy(req))
+        return run_function(req)
+
+    req = pipeline.request(composite, {}, {**INPUT, "handler": handler}, caller=caller)
+    pipeline.run_step(recording, req, objects, caller)
+    return calls[-1].SerializeToString()
+
+
+def answers(payload: bytes, monkeypatch) -> tuple[bytes, bytes, bool]:
+    """The response to `payload` parsed whole, and split as a worker reads it (each with an
+    empty memo), and whether the split one read the summaries from their objects."""
+    inputs.MEMO.clear()
+    whole = run_function(fnv1.RunFunctionRequest.FromString(payload))
+    inputs.MEMO.clear()
+    read_objects = []
+    real = inputs.MEMO.read_all
+    monkeypatch.setattr(inputs.MEMO, "read_all", lambda *a: read_objects.append(1) or real(*a))
+    split = run_function(*wire.split(payload))
+    monkeypatch.undo()
+    deterministic = [r.SerializeToString(deterministic=True) for r in (whole, split)]
+    return deterministic[0], deterministic[1], bool(read_objects)
+
+
+def summaries(walkthrough: dict) -> list[dict]:
+    """Every node's summary, the A10G node's (which both pools read) first: the cases change
+    that one."""
+    nodes = sorted(walkthrough, key=lambda node: node != "node-a10g")
+    return [summary_of(walkthrough[node]) for node in nodes]
+
+
+def renamed(found: dict, name: str) -> dict:
+    found = copy.deepcopy(found)
+    found["metadata"]["name"] = name
+    return found
+
+
+def edited(found: dict, key: str, text: str | None) -> dict:
+    found = copy.deepcopy(found)
+    if text is None:
+        del found["data"][key]
+    else:
+        found["data"][key] = text
+    return found
+
+
+Change = Callable[[list[dict]], list[dict]]
+CASES: list[tuple[str, Change, bool]] = [
+    ("as the devices handler writes them", lambda s: s, False),
+    ("none published yet", lambda s: [], False),
+    ("a node repeated", lambda s: [*s, renamed(s[0], "a-copy")], True),
+    ("a summary unreadable", lambda s: [edited(s[0], "summary", "{"), *s[1:]], True),
+    ("a summary missing", lambda s: [edited(s[0], "summary", None), *s[1:]], True),
+    ("a summary that is not one", lambda s: [edited(s[0], "summary", "x"), *s[1:]], True),
+    (
+        "facts other than the summary names",
+        lambda s: [edited(s[0], "facts", s[0]["data"]["facts"].replace("NVIDIA", "Other")), *s[1:]],
+        True,
+    ),
+    ("facts missing", lambda s: [edited(s[0], "facts", None), *s[1:]], True),
+]
+
+
+@pytest.mark.parametrize("handler", ["catalog", "instancetype"])
+@pytest.mark.parametrize(("case", "change", "objects_read"), CASES, ids=[c[0] for c in CASES])
+def test_a_pool_answers_the_same_from_its_bytes(
+    walkthrough, monkeypatch, handler, case, change, objects_read
+):
+    objects = [catalog_object(), *change(summaries(walkthrough))]
+    whole, split, read = answers(final_request(handler, objects), monkeypatch)
+    assert split == whole
+    assert read == objects_read
+
+
+@pytest.mark.parametrize("handler", ["catalog", "instancetype"])
+def test_crossplane_1_may_ignore_the_namespace_so_its_summaries_are_read_one_by_one(
+    walkthrough, monkeypatch, handler
+):
+    forged = renamed(summaries(walkthrough)[0], "forged")
+    forged["metadata"]["namespace"] = "tenant-a"
+    objects = [catalog_object(), *summaries(walkthrough), forged]
+    payload = final_request(handler, objects, pipeline.CROSSPLANE_1)
+    whole, split, read = answers(payload, monkeypatch)
+    assert split == whole and read
+
+
+def test_changed_nodes_are_read_from_the_strings_with_the_facts_they_name(walkthrough, monkeypatch):
+    """A reconcile after some nodes changed: their new texts are parsed, and each finds its
+    facts among the request's by digest — a new CUDA runtime's too, which no earlier request
+    had."""
+    objects = [catalog_object(), *summaries(walkthrough)]
+    before = final_request("instancetype", objects)
+    upgraded = copy.deepcopy(walkthrough)
+    upgraded["node-a10g"]["spec"]["accelerators"][0]["runtimeVersion"] = "13.1"
+    after = final_request("instancetype", [catalog_object(), *summaries(upgraded)])
+    assert after != before
+
+    inputs.MEMO.clear()
+    run_function(*wire.split(before))  # the memo holds the earlier texts and facts
+    warm = run_function(*wire.split(after)).SerializeToString(deterministic=True)
+    whole, split, read = answers(after, monkeypatch)
+    assert warm == split == whole and not read
+    status = fnv1.RunFunctionResponse.FromString(warm).desired.composite.resource["status"]
+    assert status["detail"]["runtimeVersion"] == "13.1"
