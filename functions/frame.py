@@ -95,7 +95,7 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
     (a pool that reads one string of each never parses them: `strings`). Each name's list is
     made once (a pool's holds thousands of objects)."""
 
-    def __init__(self, req: fnv1.RunFunctionRequest, held: Mapping[str, bytes]):
+    def __init__(self, req: fnv1.RunFunctionRequest, held: Mapping[str, wire.Encoded]):
         self.req, self.held = req, held
         self.lists: dict[str, Sequence[struct_pb2.Struct]] = {}
         self.gathered: dict[str, RequiredStrings] = {}
@@ -140,7 +140,7 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         return len(set(self))
 
 
-def _parsed(name: str, parse: Callable[[bytes], Any], encoded: bytes) -> Any:
+def _parsed(name: str, parse: Callable[[Any], Any], encoded: wire.Encoded) -> Any:
     try:
         return parse(encoded)
     except DecodeError as error:
@@ -169,7 +169,9 @@ MAX_MESSAGE_DEPTH = 65_535
 allow_deep_messages()
 
 
-def request_of(req: fnv1.RunFunctionRequest, held: Mapping[str, bytes] | None = None) -> Request:
+def request_of(
+    req: fnv1.RunFunctionRequest, held: Mapping[str, wire.Encoded] | None = None
+) -> Request:
     """The handler's view of `req`, whose required resources `held` holds back encoded, if
     any (`wire.split`)."""
     return _request_of(req, _Required(req, held or {}))
@@ -183,7 +185,7 @@ def _request_of(req: fnv1.RunFunctionRequest, required: _Required) -> Request:
 
 
 def run(
-    handler: Handler, req: fnv1.RunFunctionRequest, held: Mapping[str, bytes] | None = None
+    handler: Handler, req: fnv1.RunFunctionRequest, held: Mapping[str, wire.Encoded] | None = None
 ) -> fnv1.RunFunctionResponse:
     """Run `handler` on `req` (its required resources held back in `held`, if any) inside the
     frame; never raises."""

@@ -204,10 +204,10 @@ def handler_name(req: fnv1.RunFunctionRequest) -> str:
 
 
 def run_function(
-    req: fnv1.RunFunctionRequest, held: Mapping[str, bytes] | None = None
+    req: fnv1.RunFunctionRequest, held: Mapping[str, wire.Encoded] | None = None
 ) -> fnv1.RunFunctionResponse:
     """The response of the handler the step input names; `held`: the required resources
-    `wire.split` held back as bytes."""
+    `wire.split` held back, as they came."""
     valid = ", ".join(sorted(HANDLERS))
     step_input = view_of(req.input)
     api_version, kind = step_input.str("apiVersion"), step_input.str("kind")

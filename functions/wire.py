@@ -3,11 +3,13 @@
 A pool's request is thousands of required objects, and its handler reads one string from each
 (docs/performance.md). Parsing the objects into Structs and walking four levels of protobuf
 wrappers down to each string cost more than the handler's own work. Two readings here avoid
-that, both by protobuf's own parser (upb, in C), on schemas that are wire-compatible with
-RunFunctionRequest and Resources but declare less:
+that:
 
-- `split`: the request parsed with its required resources held back as bytes (a message and
-  bytes are the same on the wire); the frame parses one only when a handler reads its objects.
+- `split`: the request parsed without its required resources, which are held back as they
+  came (slices of the request's bytes: a 36 MiB copy costs more than parsing all the rest);
+  the frame parses one only when a handler reads its objects. Protobuf has no way to take a
+  message's top-level fields without copying them, so `_fields` walks them itself: a tag and a
+  length each, a dozen at the top of a request.
 - `strings_in`: every string two levels inside the objects of held-back Resources (each
   object's `metadata.name`, `metadata.uid`, a ConfigMap's `data.<key>`, ...) and how many
   objects there are, with no Python object made per object. Protobuf merges a singular message
@@ -15,7 +17,8 @@ RunFunctionRequest and Resources but declare less:
   singular merges every item's object into one, every object's top-level values into one, and
   every second-level entry into one, whose `string_value`, declared repeated, collects every
   string of that level in wire order. Values of other kinds (numbers, objects, lists) are
-  declared as bytes there, so nothing deeper is parsed.
+  declared as bytes there, so nothing deeper is parsed. It is protobuf's own parser (upb, in
+  C) on a schema wire-compatible with Resources that declares less.
 
 Which object a string came from is lost; a caller must tell what it wants by the strings
 themselves (functions/handlers/inputs.py says how the node summaries are).
@@ -23,10 +26,12 @@ themselves (functions/handlers/inputs.py says how the node summaries are).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 from functions.handlers.base import RequiredStrings
 
@@ -71,10 +76,6 @@ def _value(name: str, strings: str, objects: str) -> None:
     )
 
 
-# RunFunctionRequest's extra_resources (6) and required_resources (8), each a map entry of a
-# name and Resources, here of a name and bytes; every other field is kept as it came (unknown).
-_message("Held", ("key", 1, "string"), ("value", 2, "bytes"))
-_message("LeanRequest", ("extra", 6, "repeated Held"), ("required", 8, "repeated Held"))
 # Resources' items, each a Resource whose object (field 1) is a Struct: merged level by level.
 _message("Items", ("items", 1, "Item"))
 _message("Item", ("object", 1, "TopLevel"))
@@ -94,22 +95,82 @@ def _class(name: str) -> Any:  # a message class: its fields are known only at r
     return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"functions.wire.{name}"))
 
 
-_LEAN, _ITEMS, _COUNT = _class("LeanRequest"), _class("Items"), _class("Count")
+_ITEMS, _COUNT = _class("Items"), _class("Count")
+
+Encoded = bytes | memoryview  # a message's bytes, or a slice of a larger message's
+_EXTRA = fnv1.RunFunctionRequest.EXTRA_RESOURCES_FIELD_NUMBER  # Crossplane 1.x's, and 2.x's
+_REQUIRED = fnv1.RunFunctionRequest.REQUIRED_RESOURCES_FIELD_NUMBER  # 2.2's and newer
 
 
-def split(payload: bytes) -> tuple[fnv1.RunFunctionRequest, dict[str, bytes]]:
-    """The request without its required resources, and those as encoded Resources by
-    requirement name (from either protocol field; `required_resources` wins, as the frame
-    reads them). Raises DecodeError, as parsing it whole would, where its framing is broken."""
-    lean = _LEAN.FromString(payload)
-    held = {entry.key: entry.value for entry in lean.extra}
-    held |= {entry.key: entry.value for entry in lean.required}
-    lean.ClearField("extra")
-    lean.ClearField("required")
-    return fnv1.RunFunctionRequest.FromString(lean.SerializeToString()), held
+def split(payload: Encoded) -> tuple[fnv1.RunFunctionRequest, dict[str, memoryview]]:
+    """The request without its required resources, and those as encoded Resources (slices of
+    `payload`) by requirement name, from either protocol field (`required_resources` wins, as
+    the frame reads them; of one name given twice in a field, the last, as protobuf reads a
+    map). Raises DecodeError where parsing the request whole would, but in a Resources held
+    back, which is parsed only when read."""
+    rest = bytearray()
+    held: dict[int, dict[str, memoryview]] = {_EXTRA: {}, _REQUIRED: {}}
+    for number, wire_type, field, value in _fields(memoryview(payload)):
+        if number not in held:
+            rest += field  # protobuf parses it, and refuses what it would refuse
+            continue
+        if wire_type != _LENGTH_DELIMITED:
+            raise DecodeError(f"field {number} is not a map entry")
+        name, resources = _map_entry(value)
+        held[number][name] = resources
+    request = fnv1.RunFunctionRequest.FromString(bytes(rest))
+    return request, held[_EXTRA] | held[_REQUIRED]
 
 
-def strings_in(resources: bytes) -> RequiredStrings:
+def _map_entry(entry: memoryview) -> tuple[str, memoryview]:
+    """A map<string, message> entry's key and value (each empty when absent)."""
+    found = {number: value for number, _, _, value in _fields(entry)}
+    try:
+        return str(found.get(1, b""), "utf-8"), found.get(2, memoryview(b""))
+    except UnicodeDecodeError as error:
+        raise DecodeError(f"a requirement's name is not UTF-8: {error}") from error
+
+
+def _fields(message: memoryview) -> Iterator[tuple[int, int, memoryview, memoryview]]:
+    """Each field of an encoded message, in order: its number, its wire type, its encoding (tag
+    included) and its value (a length-delimited one's content), as slices of `message`."""
+    position, size = 0, len(message)
+    while position < size:
+        start = position
+        tag, position = _varint(message, position)
+        number, wire_type = tag >> 3, tag & 7
+        value_start = position
+        if wire_type == _LENGTH_DELIMITED:
+            length, value_start = _varint(message, position)
+            position = value_start + length
+        elif wire_type in _FIXED:
+            position += _FIXED[wire_type]
+        elif wire_type == _VARINT:
+            _, position = _varint(message, position)
+        else:
+            raise DecodeError(f"unexpected wire type {wire_type} at byte {start}")
+        if number == 0 or position > size:
+            raise DecodeError(f"truncated or invalid field at byte {start}")
+        yield number, wire_type, message[start:position], message[value_start:position]
+
+
+_VARINT, _LENGTH_DELIMITED = 0, 2
+_FIXED = {1: 8, 5: 4}  # 64- and 32-bit: their size in bytes
+
+
+def _varint(message: memoryview, position: int) -> tuple[int, int]:
+    """The varint at `position`, and where the next value begins."""
+    value = shift = 0
+    while position < len(message) and shift < 64:
+        byte = message[position]
+        value |= (byte & 0x7F) << shift
+        position, shift = position + 1, shift + 7
+        if byte < 0x80:
+            return value, position
+    raise DecodeError("truncated or overlong varint")
+
+
+def strings_in(resources: Encoded) -> RequiredStrings:
     """Every string two levels inside the objects of encoded Resources (see the module
     docstring). Raises DecodeError where they are not well-formed."""
     merged = _ITEMS.FromString(resources).items.object.fields.value.struct_value

@@ -51,9 +51,51 @@ def test_a_request_is_split_from_its_required_resources_which_stay_as_they_came(
     }
 
 
-def test_a_request_whose_framing_is_broken_is_refused_whole():
+def split_request() -> fnv1.RunFunctionRequest:
+    req = pipeline.request(pool_type(), {"queue": {"kind": "ClusterQueue"}}, INPUT)
+    req.meta.tag = "t"
+    req.required_resources["summaries"].items.add().resource.update({"kind": "ConfigMap"})
+    req.extra_resources["catalog"].items.add().resource.update({"kind": "Catalog"})
+    return req
+
+
+def test_what_is_held_back_is_the_request_s_own_bytes_not_a_copy():
+    payload = split_request().SerializeToString()
+    _, held = wire.split(payload)
+    assert held and all(view.obj is payload for view in held.values())
+
+
+def test_fields_this_release_does_not_know_pass_through_to_protobuf():
+    # A later protocol's varint (field 100), 64-bit (101) and 32-bit (102) fields.
+    unknown = b"\xa0\x06\x96\x01" + b"\xa9\x06" + bytes(8) + b"\xb5\x06" + bytes(4)
+    payload = split_request().SerializeToString() + unknown
+    rest, _ = wire.split(payload)
+    whole = fnv1.RunFunctionRequest.FromString(payload)
+    whole.ClearField("required_resources")
+    whole.ClearField("extra_resources")
+    assert rest == whole and rest.SerializeToString().endswith(unknown)
+
+
+def test_a_request_cut_short_anywhere_is_refused_where_protobuf_refuses_it():
+    payload = split_request().SerializeToString()
+    for cut in range(len(payload)):
+        try:
+            fnv1.RunFunctionRequest.FromString(payload[:cut])
+        except DecodeError:
+            with pytest.raises(DecodeError):
+                wire.split(payload[:cut])
+        else:
+            wire.split(payload[:cut])
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"\x0a\xff\x01", b"\x42\x02\x0a\x05", b"\x40\x01", b"\x0f", b"\x42\x03\x0a\x01\xff"],
+    ids=["past the end", "name past its entry", "entry not delimited", "wire type 7", "not UTF-8"],
+)
+def test_a_request_whose_framing_is_broken_is_refused_whole(payload):
     with pytest.raises(DecodeError):
-        wire.split(b"\x0a\xff\x01")
+        wire.split(payload)
 
 
 JSON = st.recursive(
