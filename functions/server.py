@@ -11,7 +11,9 @@ names, latency, request bytes, and the Fatal results and refusals its response c
 
 Requests over `INLINE_MAX_BYTES` are parsed and handled by `--workers` worker processes (env
 `WORKERS`), never on the event loop, so a small request is answered while a large one is being
-handled: for those the loop only moves bytes. A small request (an Instance, a Devices) is handled
+handled: for those the loop only moves bytes. A worker parses a large request without its required
+objects (functions/wire.py), which a handler parses only if it reads them: a pool reads its
+summaries from their bytes instead. A small request (an Instance, a Devices) is handled
 on the loop itself: its work takes about a millisecond, less than the hop to a worker would
 (see `Workers`; docs/reliability.md has the figures). What a large request took goes back to the
 system once the worker, and the server, are idle (functions/memory.py; docs/operations.md sizes
