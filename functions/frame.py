@@ -92,13 +92,15 @@ _RESOURCE = operator.attrgetter("resource")
 class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
     """Required objects by requirement name, read on demand from either protocol field, or
     from the encoded Resources `wire.split` held back, parsed when their objects are first read
-    (a pool that reads one string of each never parses them: `strings`). Each name's list is
-    made once (a pool's holds thousands of objects)."""
+    (a pool that reads one string of each never parses them: `strings`), and then only what
+    the requirement says the handler `reads` of each. Each name's list is made once (a pool's
+    holds thousands of objects)."""
 
     def __init__(self, req: fnv1.RunFunctionRequest, held: Mapping[str, wire.Encoded]):
         self.req, self.held = req, held
         self.lists: dict[str, Sequence[struct_pb2.Struct]] = {}
         self.gathered: dict[str, RequiredStrings] = {}
+        self.reads: dict[str, tuple[tuple[str, ...], ...]] = {}  # by name: what a handler reads
 
     def _resources(self, name: str) -> fnv1.Resources | None:
         if name in self.held:
@@ -119,6 +121,9 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         return self.gathered[name]
 
     def __getitem__(self, name: str) -> Sequence[struct_pb2.Struct]:
+        if name not in self.lists and name in self.held and name in self.reads:
+            paths = self.reads[name]  # only what the handler reads of each is parsed
+            self.lists[name] = _parsed(name, lambda b: wire.projected(b, paths), self.held[name])
         if name not in self.lists:
             found = self._resources(name)
             if found is None:
@@ -195,6 +200,7 @@ def run(
     try:
         check_composite(request, handler)
         requirements = handler.requirements(request)
+        required.reads = {name: r.reads for name, r in requirements.items() if r.reads}
         refusal = protocol.refusal(requirements)
         if refusal is not None:
             raise refusal

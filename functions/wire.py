@@ -1,9 +1,9 @@
 """What the frame reads of a request's bytes without parsing all of it.
 
 A pool's request is thousands of required objects, and its handler reads one string from each
-(docs/performance.md). Parsing the objects into Structs and walking four levels of protobuf
-wrappers down to each string cost more than the handler's own work. Two readings here avoid
-that:
+(docs/performance.md); a GPUClass's is thousands of Nodes, of which it reads a few fields.
+Parsing every object into Structs, and walking protobuf's wrappers down to what is read, cost
+more than the handlers' own work. Three readings here avoid that:
 
 - `split`: the request parsed without its required resources, which are held back as they
   came (slices of the request's bytes: a 36 MiB copy costs more than parsing all the rest);
@@ -18,19 +18,24 @@ that:
   every second-level entry into one, whose `string_value`, declared repeated, collects every
   string of that level in wire order. Values of other kinds (numbers, objects, lists) are
   declared as bytes there, so nothing deeper is parsed. It is protobuf's own parser (upb, in
-  C) on a schema wire-compatible with Resources that declares less.
-
-Which object a string came from is lost; a caller must tell what it wants by the strings
-themselves (functions/handlers/inputs.py says how the node summaries are).
+  C) on a schema wire-compatible with Resources that declares less. Which object a string
+  came from is lost; a caller must tell what it wants by the strings themselves
+  (functions/handlers/inputs.py says how the node summaries are).
+- `projected`: each object holding only the fields a handler says it reads (a Requirement's
+  `reads`), two or three keys deep. A schema that declares each object's top-level values,
+  and theirs, as maps to bytes parses a Node's two levels of keys and leaves every value
+  encoded; only the values kept are parsed, into a Struct the handler reads as it would the
+  whole object. A Node's images, `managedFields` and node labeller's labels (most of its
+  28 KiB) are never parsed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, struct_pb2
 from google.protobuf.message import DecodeError
 
 from functions.handlers.base import RequiredStrings
@@ -50,16 +55,31 @@ _SCHEMA = descriptor_pb2.FileDescriptorProto(
 
 def _message(name: str, *fields: tuple[str, int, str]) -> None:
     """Declare a message, its fields as in a .proto file: name, number and "[repeated] type"
-    (a scalar, or a message declared here)."""
+    (a scalar, a message declared here, or `map<string,type>`)."""
     message = _SCHEMA.message_type.add(name=name)
     for field_name, number, declared in fields:
         repeated, _, kind = declared.rpartition(" ")
         field = message.field.add(name=field_name, number=number)
         field.label = _FIELD.LABEL_REPEATED if repeated else _FIELD.LABEL_OPTIONAL
-        if kind in _SCALARS:
-            field.type = _SCALARS[kind]
+        if kind.startswith("map<string,"):  # a repeated entry of key and value, as protoc makes
+            entry = message.nested_type.add(name=f"{field_name.title()}Entry")
+            entry.options.map_entry = True
+            _declare(entry.field.add(name="key", number=1), "string")
+            _declare(entry.field.add(name="value", number=2), kind[len("map<string,") : -1])
+            field.label = _FIELD.LABEL_REPEATED
+            field.type, field.type_name = (
+                _FIELD.TYPE_MESSAGE,
+                f".functions.wire.{name}.{entry.name}",
+            )
         else:
-            field.type, field.type_name = _FIELD.TYPE_MESSAGE, f".functions.wire.{kind}"
+            _declare(field, kind)
+
+
+def _declare(field: descriptor_pb2.FieldDescriptorProto, kind: str) -> None:
+    if kind in _SCALARS:
+        field.type = _SCALARS[kind]
+    else:
+        field.type, field.type_name = _FIELD.TYPE_MESSAGE, f".functions.wire.{kind}"
 
 
 def _value(name: str, strings: str, objects: str) -> None:
@@ -86,6 +106,13 @@ _message("SecondLevel", ("fields", 1, "SecondEntry"))
 _message("SecondEntry", ("key", 1, "bytes"), ("value", 2, "SecondValue"))
 _value("SecondValue", strings="repeated string", objects="bytes")
 _message("Count", ("items", 1, "repeated bytes"))  # each item left as bytes, only counted
+# Resources' items one by one, each object's top-level values by key, and theirs by key again,
+# each left encoded (a google.protobuf.Value): `projected` parses only what it keeps.
+_message("Objects", ("items", 1, "repeated Object"))
+_message("Object", ("object", 1, "TopValues"))
+_message("TopValues", ("fields", 1, "map<string,EncodedObject>"))
+_message("EncodedObject", ("struct_value", 5, "EncodedValues"))  # a Value's object, if any
+_message("EncodedValues", ("fields", 1, "map<string,bytes>"))
 
 _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(_SCHEMA)
@@ -95,7 +122,8 @@ def _class(name: str) -> Any:  # a message class: its fields are known only at r
     return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"functions.wire.{name}"))
 
 
-_ITEMS, _COUNT = _class("Items"), _class("Count")
+_ITEMS, _COUNT, _OBJECTS = _class("Items"), _class("Count"), _class("Objects")
+_ENCODED_OBJECT = _class("EncodedObject")
 
 Encoded = bytes | memoryview  # a message's bytes, or a slice of a larger message's
 _EXTRA = fnv1.RunFunctionRequest.EXTRA_RESOURCES_FIELD_NUMBER  # Crossplane 1.x's, and 2.x's
@@ -168,6 +196,55 @@ def _varint(message: memoryview, position: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, position
     raise DecodeError("truncated or overlong varint")
+
+
+Path = tuple[str, ...]  # keys into an object: two (status.allocatable) or three (a label)
+
+
+def projected(resources: Encoded, paths: Sequence[Path]) -> list[struct_pb2.Struct]:
+    """Each object of encoded Resources, in order, holding only what is at `paths` — each two
+    keys deep, whose value is taken whole, or three, whose value is taken from the object at
+    the first two — with nothing else parsed. Reading any of `paths` gives what it gives in the
+    whole object; what is not there reads as missing (a Value may be left without a kind)."""
+    plan = _plan(paths)
+    found = []
+    for item in _OBJECTS.FromString(resources).items:
+        values, obj = item.object.fields, struct_pb2.Struct()
+        for top, wanted in plan:
+            encoded = values.get(top)
+            if encoded is not None and any(key in encoded.struct_value.fields for key in wanted):
+                _keep(encoded.struct_value.fields, wanted, obj.fields[top].struct_value)
+        found.append(obj)
+    return found
+
+
+def _keep(encoded: Any, wanted: Mapping[str, set[str] | None], into: struct_pb2.Struct) -> None:
+    """Into `into`, each `wanted` value of `encoded` (keys to encoded Values) that is there:
+    whole, or (a set of keys) only those of the object it holds."""
+    for key, inner in wanted.items():
+        value = encoded.get(key)
+        if value is None:
+            continue
+        if inner is None:
+            into.fields[key].MergeFromString(value)
+            continue
+        within = _ENCODED_OBJECT.FromString(value).struct_value.fields
+        if any(name in within for name in inner):
+            _keep(within, dict.fromkeys(inner), into.fields[key].struct_value)
+
+
+def _plan(paths: Sequence[Path]) -> list[tuple[str, dict[str, set[str] | None]]]:
+    """`paths` by their first key, then their second: None where the value is kept whole."""
+    plan: dict[str, dict[str, set[str] | None]] = {}
+    for path in paths:
+        if len(path) not in (2, 3):
+            raise ValueError(f"a projected path is two or three keys deep, not {path!r}")
+        wanted = plan.setdefault(path[0], {})
+        if len(path) == 2 or wanted.get(path[1], set()) is None:
+            wanted[path[1]] = None
+        else:
+            wanted.setdefault(path[1], set()).add(path[2])  # type: ignore[union-attr]
+    return sorted(plan.items())
 
 
 def strings_in(resources: Encoded) -> RequiredStrings:

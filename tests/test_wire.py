@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -23,6 +24,9 @@ from functions import pipeline, wire
 from functions.core.status import summary as node_summary
 from functions.handlers import inputs
 from functions.server import run_function
+from functions.simulate import load_documents
+from functions.views import plain, view_of
+from tests.support.schemas import ROOT
 from tests.test_scale import INPUT, catalog_object, pool_type, summary_of
 
 # --- the two readings ---------------------------------------------------------------------------
@@ -123,6 +127,45 @@ def test_every_string_two_levels_inside_the_objects_is_gathered_and_the_objects_
     ]
     assert found.objects == len(objects)
     assert Counter(found.strings) == Counter(expected)
+
+
+KEY = st.sampled_from(["a", "b", "c"])  # few keys, so that paths find what objects hold
+NESTED = st.recursive(
+    st.none() | st.booleans() | st.integers(-9, 9) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(KEY, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@given(
+    st.lists(st.dictionaries(KEY, NESTED, max_size=3), max_size=4),
+    st.lists(st.lists(KEY, min_size=2, max_size=3).map(tuple), max_size=4),
+)
+def test_a_projected_object_reads_as_the_whole_one_at_every_path_it_keeps(objects, paths):
+    resources = fnv1.Resources()
+    for obj in objects:
+        resources.items.add().resource.update(obj)
+    found = wire.projected(resources.SerializeToString(), paths)
+    assert len(found) == len(objects)
+    for whole, part in zip(resources.items, found, strict=True):
+        for path in paths:
+            assert plain(view_of(part).get(*path)) == plain(view_of(whole.resource).get(*path))
+
+
+def test_a_projected_object_leaves_out_what_no_path_names():
+    resources = fnv1.Resources()
+    resources.items.add().resource.update(
+        {
+            "metadata": {"name": "n", "labels": {"kept": "1", "left": "2"}, "uid": "u"},
+            "status": {"images": [{"names": ["big"]}], "allocatable": {"gpu": "4"}},
+        }
+    )
+    paths = [("metadata", "name"), ("metadata", "labels", "kept"), ("status", "allocatable")]
+    (found,) = wire.projected(resources.SerializeToString(), paths)
+    assert view_of(found).to_dict() == {
+        "metadata": {"name": "n", "labels": {"kept": "1"}},
+        "status": {"allocatable": {"gpu": "4"}},
+    }
 
 
 def test_a_summary_and_its_facts_are_told_from_the_other_strings_by_how_they_begin(walkthrough):
@@ -245,3 +288,91 @@ def test_changed_nodes_are_read_from_the_strings_with_the_facts_they_name(walkth
     assert warm == split == whole and not read
     status = fnv1.RunFunctionResponse.FromString(warm).desired.composite.resource["status"]
     assert status["detail"]["runtimeVersion"] == "13.1"
+
+
+# --- a GPUClass reads only what it needs of each Node -------------------------------------------
+
+GPUCLASS = ROOT / "examples" / "gpuclass"
+
+
+def class_request(objects: list[dict], name: str) -> bytes:
+    """The bytes of the last call of one reconcile of the GPUClass `name` over `objects`."""
+    offer = next(o for o in objects if o["kind"] == "GPUClass" and o["metadata"]["name"] == name)
+    calls: list[fnv1.RunFunctionRequest] = []
+
+    def recording(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        calls.append(copy.deepcopy(req))
+        return run_function(req)
+
+    req = pipeline.request(offer, {}, {**INPUT, "handler": "gpuclass"})
+    pipeline.run_step(recording, req, objects)
+    return calls[-1].SerializeToString()
+
+
+def nodes_changed(objects: list[dict], change: Callable[[dict], None]) -> list[dict]:
+    objects = copy.deepcopy(objects)
+    for obj in objects:
+        if obj["kind"] == "Node":
+            change(obj)
+    return objects
+
+
+NODE_CHANGES: list[tuple[str, Callable[[dict], None]]] = [
+    ("as the kubelet publishes them", lambda node: None),
+    ("not Ready", lambda node: node["status"]["conditions"][0].update(status="False")),
+    ("no conditions", lambda node: node["status"].pop("conditions")),
+    ("cordoned", lambda node: node.setdefault("spec", {}).update(unschedulable=True)),
+    (
+        "tainted",
+        lambda node: node.setdefault("spec", {}).update(
+            taints=[{"key": "k", "effect": "NoSchedule"}]
+        ),
+    ),
+    (
+        "allocatable unreadable",
+        lambda node: node["status"]["allocatable"].update(
+            dict.fromkeys(node["status"]["allocatable"], "four")
+        ),
+    ),
+    ("no status", lambda node: node.pop("status")),
+]
+
+
+@pytest.mark.parametrize("name", ["example-whole-gpu", "example-licensed-vgpu"])
+@pytest.mark.parametrize(("case", "change"), NODE_CHANGES, ids=[c[0] for c in NODE_CHANGES])
+def test_a_class_answers_the_same_from_the_nodes_it_reads_as_from_whole_ones(name, case, change):
+    documents = load_documents(GPUCLASS / "cluster.yaml") + load_documents(
+        GPUCLASS / "classes.yaml"
+    )
+    payload = class_request(nodes_changed(documents, change), name)
+    whole = run_function(fnv1.RunFunctionRequest.FromString(payload))
+    split = run_function(*wire.split(payload))
+    assert split.SerializeToString(deterministic=True) == whole.SerializeToString(
+        deterministic=True
+    )
+
+
+def test_a_class_parses_of_each_node_only_what_it_reads(monkeypatch):
+    documents = load_documents(GPUCLASS / "cluster.yaml") + load_documents(
+        GPUCLASS / "classes.yaml"
+    )
+    payload = class_request(documents, "example-whole-gpu")
+    seen: list[Any] = []
+    real = wire.projected
+
+    def spy(*given: Any) -> list[Any]:
+        found = real(*given)
+        seen.extend(found)
+        return found
+
+    monkeypatch.setattr(wire, "projected", spy)
+    run_function(*wire.split(payload))
+    assert [view_of(node).name for node in seen] == ["gpu-a", "gpu-b", "gpu-c"]
+    assert {key for node in seen for key in view_of(node).view("metadata").to_dict()} == {
+        "name",
+        "labels",
+    }
+    assert {key for node in seen for key in view_of(node).view("status").to_dict()} == {
+        "allocatable",
+        "conditions",
+    }

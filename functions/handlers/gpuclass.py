@@ -61,12 +61,27 @@ def requirements(request: Request) -> dict[str, Requirement]:
         # read, so that a large fleet's Nodes are never fetched unselected, not even once.
         return found
     settings = catalog_settings(request, Desired())
-    found["nodes"] = Requirement(apis.CORE, "Node", match_labels=settings.vm_nodes)
+    labelled = tuple(("metadata", "labels", key) for key in sorted(settings.vm_nodes))
+    found["nodes"] = Requirement(
+        apis.CORE, "Node", match_labels=settings.vm_nodes, reads=NODE_READS + labelled
+    )
     secret = request.xr.str("spec", "license", "secretName")
     if secret:
         namespace = settings.license_namespace
         found["license"] = Requirement(apis.CORE, "Secret", match_name=secret, namespace=namespace)
     return found
+
+
+# All `read_nodes` reads of a Node, but the labels it checks: a class's request is thousands of
+# Nodes, and the rest of each (its images, its node labeller's labels, its managedFields) is
+# most of it, left unparsed (functions/wire.py).
+NODE_READS = (
+    ("metadata", "name"),
+    ("spec", "unschedulable"),
+    ("spec", "taints"),
+    ("status", "allocatable"),
+    ("status", "conditions"),
+)
 
 
 def compose(request: Request) -> Desired:
