@@ -240,10 +240,11 @@ def _plan(paths: Sequence[Path]) -> list[tuple[str, dict[str, set[str] | None]]]
         if len(path) not in (2, 3):
             raise ValueError(f"a projected path is two or three keys deep, not {path!r}")
         wanted = plan.setdefault(path[0], {})
-        if len(path) == 2 or wanted.get(path[1], set()) is None:
-            wanted[path[1]] = None
+        keys = wanted.get(path[1], set())
+        if len(path) == 2 or keys is None:
+            wanted[path[1]] = None  # the whole value, whatever else is asked of it
         else:
-            wanted.setdefault(path[1], set()).add(path[2])  # type: ignore[union-attr]
+            wanted[path[1]] = keys | {path[2]}
     return sorted(plan.items())
 
 
