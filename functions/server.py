@@ -141,7 +141,7 @@ WORKER_MEMORY = memory.IdleTrim()  # each worker's own: its thread starts after 
 def serve_bytes(payload: bytes) -> tuple[bytes, bytes, str]:
     """One call in a worker: the response's bytes, the part of it metrics read (its results,
     conditions and composite, so the server never parses a large message), and the handler."""
-    if len(payload) > INLINE_MAX_BYTES:  # a pool's: its objects parsed only if read (wire.py)
+    if len(payload) > INLINE_MAX_BYTES:  # its objects parsed only where, and as far as, read
         req, held = wire.split(payload)
     else:
         req, held = fnv1.RunFunctionRequest.FromString(payload), {}

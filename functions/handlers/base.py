@@ -37,7 +37,7 @@ class Requirement:
     match_name: str | None = None
     match_labels: Mapping[str, str] | None = None
     namespace: str | None = None
-    # What the handler reads of each object, where that is all of it it reads: key paths two or
+    # What the handler reads of each object, when it reads nothing else of it: key paths two or
     # three deep (("status", "allocatable"), or a label: ("metadata", "labels", key)). The frame
     # may then hand over objects holding only these; it is never sent to Crossplane.
     reads: tuple[tuple[str, ...], ...] | None = None

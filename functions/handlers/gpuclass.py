@@ -49,6 +49,18 @@ DEFAULT_FEATURE_TYPE = 1
 PLATFORM_NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitlement" setting'
 
 
+# All `read_nodes` reads of a Node, but the labels it checks: a class's request is thousands of
+# Nodes, and the rest of each (its images, its node labeller's labels, its managedFields) is
+# most of it, left unparsed (functions/wire.py).
+NODE_READS = (
+    ("metadata", "name"),
+    ("spec", "unschedulable"),
+    ("spec", "taints"),
+    ("status", "allocatable"),
+    ("status", "conditions"),
+)
+
+
 def requirements(request: Request) -> dict[str, Requirement]:
     found = {
         "catalog": CATALOG,
@@ -70,18 +82,6 @@ def requirements(request: Request) -> dict[str, Requirement]:
         namespace = settings.license_namespace
         found["license"] = Requirement(apis.CORE, "Secret", match_name=secret, namespace=namespace)
     return found
-
-
-# All `read_nodes` reads of a Node, but the labels it checks: a class's request is thousands of
-# Nodes, and the rest of each (its images, its node labeller's labels, its managedFields) is
-# most of it, left unparsed (functions/wire.py).
-NODE_READS = (
-    ("metadata", "name"),
-    ("spec", "unschedulable"),
-    ("spec", "taints"),
-    ("status", "allocatable"),
-    ("status", "conditions"),
-)
 
 
 def compose(request: Request) -> Desired:
