@@ -171,8 +171,8 @@ class SummaryMemo:
     def __init__(self) -> None:
         self.parsed: dict[str, NodeSummary] = {}
         self.earlier: dict[str, NodeSummary] = {}
-        self.facts: dict[str, str] = {}  # one copy of each facts text, shared by its nodes
-        self.by_digest: dict[str, str] = {}  # the same texts by digest, as summaries name them
+        # One copy of each facts text, shared by its nodes, by the digest summaries name it by.
+        self.facts: dict[str, str] = {}
         self.largest = 0  # objects in the largest request read
 
     def read_all(
@@ -196,7 +196,7 @@ class SummaryMemo:
     def read_texts(self, texts: list[str], strings: list[str]) -> list[NodeSummary] | None:
         """The summaries of these texts, each text's facts found among `strings` by the digest
         it names; None if one cannot be read (its object then names what is wrong)."""
-        facts = _FactsByDigest(self.by_digest, strings)
+        facts = _FactsByDigest(self.facts, strings)
         try:
             found = self._look_up(texts, lambda index: node_summary.read(texts[index], facts))
         except StatusError:
@@ -229,19 +229,19 @@ class SummaryMemo:
         texts, which the request about to read them keeps."""
         kept = {text: self.earlier[text] for text in wanted if text in self.earlier}
         self.parsed, self.earlier = kept, self.parsed
-        self.facts, self.by_digest = {}, {}  # the summaries kept hold their own
+        self.facts = {}  # the summaries kept hold their own; new ones share afresh
 
     def _parse(self, obj: Any, text: str) -> NodeSummary:
         if not text:  # missing, empty or not a string: the general reader raises, saying which
             node_summary.read(structs.view(obj).get("data", node_summary.SUMMARY_KEY))
         facts = structs.string_at(obj, "data", node_summary.FACTS_KEY)
-        facts = self.facts.setdefault(facts, facts) if facts is not None else None
+        if facts is not None:
+            facts = self.facts.setdefault(node_summary.facts_digest(facts), facts)
         return node_summary.read(text, facts)
 
     def clear(self) -> None:
         """Forget every summary and request (a worker's first sight of its pools)."""
-        self.parsed, self.earlier, self.facts, self.by_digest = {}, {}, {}, {}
-        self.largest = 0
+        self.parsed, self.earlier, self.facts, self.largest = {}, {}, {}, 0
 
 
 class _FactsByDigest(Mapping[str, str]):
