@@ -14,6 +14,9 @@ sharing mode the ledger knows is allocated somewhere. Each node has:
   GPU Operator, and virt-handler, whose node labeller adds 127 labels of CPU models, CPU
   features and Hyper-V enlightenments (as many of each family as KubeVirt's own fixture of a
   labelled node);
+- its VM node state `ConfigMap`, as the devices handler keeps it from its Node (every node
+  virt-handler runs on has one), stored as the summary is; with the Catalog's `vmNodeSelector`
+  set, the VM nodes' states carry the GPU Operator's label too;
 - on every fourth node a KubeVirt launcher Pod holding two passthrough H100s.
 
 Every object carries `metadata.managedFields` as the API server keeps it, one entry per writer
@@ -237,28 +240,55 @@ def devices_object(shape: int, cpu: int) -> tuple[dict[str, Any], dict[str, Any]
     }
     obj["status"] = {**desired.status, "conditions": conditions(3)}
     obj["metadata"]["managedFields"] = devices_managed_fields(obj)
-    summary = copy.deepcopy(desired.resources["summary"])
-    summary["metadata"].update(
-        uid=f"5{TOKEN}00-71aa-4c3e-8a0b-1d2e3f4a{shape:02d}{cpu:02d}",
+    summary = as_stored(
+        desired.resources["summary"],
+        obj,
+        "summary",
+        f"5{TOKEN}00-71aa-4c3e-8a0b-1d2e3f4a{shape:02d}{cpu:02d}",
+    )
+    return obj, summary
+
+
+def as_stored(
+    composed: dict[str, Any], owner: dict[str, Any], resource: str, uid: str
+) -> dict[str, Any]:
+    """An object the devices handler composed for `owner`, as the API server stores what
+    Crossplane applied: uid, resourceVersion, its owner, Crossplane's label and annotation, and
+    Crossplane's managedFields entry (a copy)."""
+    stored = copy.deepcopy(composed)
+    name = owner["metadata"]["name"]
+    stored["metadata"].update(
+        uid=uid,
         resourceVersion=f"5{TOKEN}",
         creationTimestamp=STAMP,
-        annotations={"crossplane.io/composition-resource-name": "summary"},
+        annotations={"crossplane.io/composition-resource-name": resource},
         ownerReferences=[
-            {"apiVersion": obj["apiVersion"], "kind": "Devices", "name": name, "uid": uid,
-             "controller": True, "blockOwnerDeletion": True}
+            {"apiVersion": owner["apiVersion"], "kind": "Devices", "name": name,
+             "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
         ],
     )  # fmt: skip
-    summary["metadata"]["labels"]["crossplane.io/composite"] = name
-    summary["metadata"]["managedFields"] = [
+    stored["metadata"]["labels"]["crossplane.io/composite"] = name
+    stored["metadata"]["managedFields"] = [
         apiserver.entry(
             composed_owner(name), "Apply", "v1",
-            {"metadata": {k: summary["metadata"][k]
+            {"metadata": {k: stored["metadata"][k]
                           for k in ("labels", "annotations", "ownerReferences")},
-             "data": summary["data"]},
+             "data": stored["data"]},
             STAMP,
         )
     ]  # fmt: skip
-    return obj, summary
+    return stored
+
+
+def vm_node_state(owner: dict[str, Any], node: dict[str, Any], catalog: dict[str, Any]) -> str:
+    """The VM node state the devices handler keeps of `node` under `catalog`, as stored (its
+    JSON; "" where KubeVirt does not run on the node)."""
+    required = {"catalog": [catalog], "node": [node]}
+    desired = HANDLERS["devices"].compose(Request.of(owner, required=required))
+    if "vm-node" not in desired.resources:
+        return ""
+    uid = f"6{TOKEN}00-3c1d-4f0e-9a2b-7e6d5c4b{owner['metadata']['uid'][-4:]}"
+    return json.dumps(as_stored(desired.resources["vm-node"], owner, "vm-node", uid))
 
 
 def composed_owner(composite: str) -> str:
@@ -613,25 +643,31 @@ class Cluster:
         return self.objects.get(kind, [])
 
 
-def templates() -> dict[tuple[int, int], tuple[str, ...]]:
-    """Per (shape, cpu): the JSON of the Devices, its 0.1.x form, its summary, and its Node as a
-    VM node and as a container node."""
+def templates() -> dict[tuple[int, int], dict[str, str]]:
+    """Per (shape, cpu), as JSON: the Devices, its 0.1.x form, its summary; its Node and its VM
+    node state (the default Catalog; "selected": the Catalog's vmNodeSelector set to the GPU
+    Operator's label) as a VM node ("vm") and as a container node."""
     found = {}
+    selecting = copy.deepcopy(CATALOG)
+    selecting["spec"]["vmNodeSelector"] = dict(GPU_OPERATOR_VM_NODE)
     for shape in range(SHAPES):
         for cpu in range(len(CPUS)):
             obj, summary = devices_object(shape, cpu)
-            objects = (
-                obj,
-                old_devices(obj),
-                summary,
-                node_object(cpu, True),
-                node_object(cpu, False),
-            )
-            found[shape, cpu] = tuple(json.dumps(o) for o in objects)
+            texts = {
+                "Devices": json.dumps(obj),
+                "OldDevices": json.dumps(old_devices(obj)),
+                "ConfigMap": json.dumps(summary),
+            }
+            for role, vm in (("vm", True), ("container", False)):
+                node = node_object(cpu, vm)
+                texts[f"Node {role}"] = json.dumps(node)
+                texts[f"VmNode {role}"] = vm_node_state(obj, node, CATALOG)
+                texts[f"VmNodeSelected {role}"] = vm_node_state(obj, node, selecting)
+            found[shape, cpu] = texts
     return found
 
 
-_TEMPLATES: dict[tuple[int, int], tuple[str, ...]] = {}
+_TEMPLATES: dict[tuple[int, int], dict[str, str]] = {}
 
 
 def build(nodes: int) -> Cluster:
@@ -639,14 +675,15 @@ def build(nodes: int) -> Cluster:
     if not _TEMPLATES:
         _TEMPLATES.update(templates())
     cluster = Cluster(nodes)
-    kinds = ("Devices", "OldDevices", "ConfigMap", "Node")
+    kinds = ("Devices", "OldDevices", "ConfigMap", "Node", "VmNode", "VmNodeSelected")
     for kind in kinds:
         cluster.objects[kind] = []
     for index in range(nodes):
-        *texts, vm_node, container_node = _TEMPLATES[index % SHAPES, (index // SHAPES) % len(CPUS)]
-        texts.append(container_node if index % VM_NODES_EVERY else vm_node)
+        texts = _TEMPLATES[index % SHAPES, (index // SHAPES) % len(CPUS)]
+        role = "container" if index % VM_NODES_EVERY else "vm"
         number = f"{index:05d}"
-        for kind, text in zip(kinds, texts, strict=True):
+        for kind in kinds:
+            text = texts.get(kind) or texts[f"{kind} {role}"]
             cluster.objects[kind].append(json.loads(text.replace(TOKEN, number)))
     cluster.objects["Pod"] = [launcher_pod(i) for i in range(0, nodes, VM_NODES_EVERY)]
     cluster.objects["GPUClass"] = copy.deepcopy(GPU_CLASSES)

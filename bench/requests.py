@@ -21,7 +21,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
-from bench.cluster import A_KEY, Cluster, node_name, vm_nodes_only
+from bench.cluster import A_KEY, VM_NODES_EVERY, Cluster, node_name, vm_nodes_only
 from functions import pipeline
 from functions.core.labels import GPU_OPERATOR_VM_NODE
 from functions.server import run_function
@@ -51,8 +51,8 @@ class Index:
     def __init__(self, cluster: Cluster):
         self.by_kind: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for name, objects in cluster.objects.items():
-            if name == "OldDevices":
-                continue  # only the `before` requests carry these
+            if name in ("OldDevices", "VmNodeSelected"):
+                continue  # only the `before` requests, and the vmNodeSelector's, carry these
             for obj in objects:
                 key = (obj["apiVersion"], obj["kind"])
                 self.by_kind.setdefault(key, []).append(obj)
@@ -196,10 +196,10 @@ def build_all(cluster: Cluster) -> dict[str, Built]:
     found["instancetype"] = settled("instancetype", pool, index)
     found["gpuclass"] = settled("gpuclass", gpu_class(cluster), index)
     found["gpuclass, VM nodes only"] = settled(
-        "gpuclass", gpu_class(cluster), vm_nodes_index(index)
+        "gpuclass", gpu_class(cluster), vm_nodes_index(index, cluster)
     )
     found["gpuclass, vmNodeSelector"] = settled(
-        "gpuclass", gpu_class(cluster), vm_node_selector_index(index)
+        "gpuclass", gpu_class(cluster), vm_node_selector_index(index, cluster)
     )
     classes = index.by_kind[("cozystack.io/v1alpha1", "GPUClass")]
     _, rsp, _ = reconcile("gpuclass", classes[0], {}, index)
@@ -216,24 +216,29 @@ def build_all(cluster: Cluster) -> dict[str, Built]:
     return found
 
 
-def vm_nodes_index(index: Index) -> Index:
-    """The same cluster with virt-handler placed on the VM nodes only (cluster.vm_nodes_only)."""
+def vm_nodes_index(index: Index, cluster: Cluster) -> Index:
+    """The same cluster with virt-handler placed on the VM nodes only (cluster.vm_nodes_only):
+    the other nodes have no VM node state."""
     found = copy.copy(index)
     found.by_kind = dict(index.by_kind)
     found.by_kind[("v1", "Node")] = vm_nodes_only(index.by_kind[("v1", "Node")])
+    states = cluster.kind("VmNode")[::VM_NODES_EVERY]
+    found.by_kind[("v1", "ConfigMap")] = [*cluster.kind("ConfigMap"), *states]
     found.cache = {}
     return found
 
 
-def vm_node_selector_index(index: Index) -> Index:
+def vm_node_selector_index(index: Index, cluster: Cluster) -> Index:
     """The same cluster (virt-handler on every node) with the Catalog's vmNodeSelector set to
-    the GPU Operator's label of the VM nodes."""
+    the GPU Operator's label of the VM nodes, which their states then carry too."""
     found = copy.copy(index)
     found.by_kind = dict(index.by_kind)
     key = ("worker.gpustack.ai/v1alpha1", "Catalog")
     catalog = copy.deepcopy(index.by_kind[key][0])
     catalog["spec"]["vmNodeSelector"] = dict(GPU_OPERATOR_VM_NODE)
     found.by_kind[key] = [catalog]
+    states = cluster.kind("VmNodeSelected")
+    found.by_kind[("v1", "ConfigMap")] = [*cluster.kind("ConfigMap"), *states]
     found.cache = {}
     return found
 

@@ -78,7 +78,7 @@ SANDBOX = {"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}  # the GPU Ope
 @pytest.mark.parametrize(
     ("catalogs", "nodes"),
     [
-        # Before the Catalog is read no Node is asked for: its vmNodeSelector says which.
+        # Before the Catalog is read no node is asked for: its vmNodeSelector says which.
         pytest.param(None, None, id="catalog not read yet"),
         pytest.param([], SCHEDULABLE, id="no Catalog: every node virt-handler runs on"),
         pytest.param([{"spec": {}}], SCHEDULABLE, id="no selector set"),
@@ -107,8 +107,9 @@ def test_the_class_requires_only_nodes_that_can_run_vmis(catalogs, nodes):
     found = gpuclass.requirements(request).get("nodes")
     if nodes is None:
         assert found is None
-    else:
-        assert (found.kind, found.match_labels) == ("Node", nodes)
+    else:  # the VM node states the devices handler keeps, labelled as their Nodes are
+        assert (found.kind, found.namespace) == ("ConfigMap", "gpustack-system")
+        assert found.match_labels == {"resource.gpustack.ai/type": "vm-node", **nodes}
 
 
 def test_the_catalogs_vm_node_selector_counts_the_gpu_operators_vm_nodes(world):
@@ -168,18 +169,35 @@ def node(name: str, allocatable: dict[str, str], labels: dict[str, str] = SCHEDU
     }
 
 
+def vm_node(name: str, allocatable: dict[str, str], labels: dict[str, str] = SCHEDULABLE) -> dict:
+    """The VM node state the devices handler keeps of such a Node (the Catalog selecting the
+    GPU Operator's VM nodes, so that their label is carried too)."""
+    from functions.core.settings import Settings
+    from functions.handlers import devices
+    from functions.handlers.base import Request
+
+    devices_xr = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "Devices"}
+    request = Request.of(
+        {**devices_xr, "metadata": {"name": name}},
+        required={"node": [node(name, allocatable, labels)]},
+    )
+    found = devices.vm_node_config_map(request, Settings.from_spec({"vmNodeSelector": SANDBOX}))
+    assert found is not None
+    return found
+
+
 def fleet(count: int, advertised: dict[str, str]) -> list[dict]:
-    """`count` Nodes advertising `advertised`; those that advertise anything are VM nodes."""
+    """`count` nodes' states, advertising `advertised`; those that advertise anything are VM
+    nodes."""
     labels = {**SCHEDULABLE, **(SANDBOX if advertised else {})}
-    return [node(f"node-{i:05d}", advertised, labels) for i in range(count)]
+    return [vm_node(f"node-{i:05d}", advertised, labels) for i in range(count)]
 
 
 UNSELECTED = (
-    "this class reads 1,250 Nodes, 1,000 of which advertise no resource KubeVirt permits: set "
+    "this class reads 1,250 nodes, 1,000 of which advertise no resource KubeVirt permits: set "
     "the Catalog's vmNodeSelector to a label only the VM nodes carry (with the NVIDIA GPU "
-    'Operator, nvidia.com/gpu.deploy.sandbox-device-plugin: "true"); a class\'s request '
-    "carries every Node it reads, and stops arriving past the function's 64 MiB receive limit "
-    "(about 7,000 Nodes)"
+    'Operator, nvidia.com/gpu.deploy.sandbox-device-plugin: "true"); every reconcile of a '
+    "class carries the state of each node it reads"
 )
 
 
@@ -208,8 +226,8 @@ WHOLE_GPU = {"example.com/whole-gpu": "4"}
 def test_a_class_reading_many_nodes_that_serve_no_vm_says_to_select(
     idle, vm_nodes, catalog, in_conflict, warned
 ):
-    """Nodes that advertise no resource KubeVirt permits can serve no VM, yet each is carried
-    whole by every reconcile: past 1,000 of them, a Warning names the setting that leaves them
+    """Nodes that advertise no resource KubeVirt permits can serve no VM, yet each one's state is
+    carried by every reconcile: past 1,000 of them, a Warning names the setting that leaves them
     out (counted only while no selector is set). A class in conflict with an older one offers
     no unit, but its request carries the same Nodes."""
     from functions.handlers import gpuclass
@@ -294,7 +312,7 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
     # 1e400: found by `make soak`'s fuzzing; a status number is a double, and this one
     # overflowed it, failing the whole reconcile.
     nodes = [
-        node(name, {resource: units})
+        vm_node(name, {resource: units})
         for name, units in (("gpu-a", "4"), ("gpu-b", "four"), ("gpu-c", "1e400"))
     ]
     desired = gpuclass.compose(Request.of(offer, required={"nodes": nodes}))
@@ -312,3 +330,211 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
             "than a node can advertise; the node is left out of this class's free units",
         ),
     ]
+
+
+# --- each node's VM node state: kept by the devices handler from its Node, read by classes -------
+
+STATE_NAME = "gpu-x-gpustack-vm-node"
+
+
+def devices_of(node_object: dict, catalog_spec: dict | None = None) -> dict:
+    """What the devices handler composes for gpu-x's Devices, reading `node_object`."""
+    from functions.handlers import devices
+    from functions.handlers.base import Request
+    from tests.support.vm_nodes import agent_devices
+
+    catalog = [{"metadata": {"name": "default"}, "spec": catalog_spec or {}}]
+    request = Request.of(
+        agent_devices("gpu-x"), required={"catalog": catalog, "node": [node_object]}
+    )
+    return devices.compose(request).resources
+
+
+def tainted(*effects: str) -> dict:
+    found = node("gpu-x", WHOLE_GPU)
+    found["spec"] = {"taints": [{"key": f"k{i}", "effect": e} for i, e in enumerate(effects)]}
+    return found
+
+
+def cordoned_not_ready() -> dict:
+    found = node("gpu-x", WHOLE_GPU)
+    found["spec"] = {"unschedulable": True}
+    found["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    return found
+
+
+VM_NODE_CASES = [
+    pytest.param(node("gpu-x", WHOLE_GPU, {}), {}, None, None, id="no virt-handler: no state"),
+    pytest.param(
+        node("gpu-x", WHOLE_GPU),
+        {},
+        SCHEDULABLE,
+        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '"unschedulable":false,"v":1}',
+        id="a Ready VM node: its extended resources, not its cores",
+    ),
+    pytest.param(
+        node("gpu-x", WHOLE_GPU, {"kubevirt.io/schedulable": "false"}),
+        {},
+        {"kubevirt.io/schedulable": "false"},
+        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '"unschedulable":false,"v":1}',
+        id="a stopped heartbeat: the label as it is, which no class selects",
+    ),
+    pytest.param(
+        node("gpu-x", WHOLE_GPU, {**SCHEDULABLE, **SANDBOX, "other": "x"}),
+        {"vmNodeSelector": SANDBOX},
+        {**SANDBOX, **SCHEDULABLE},
+        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '"unschedulable":false,"v":1}',
+        id="the Catalog's vmNodeSelector: its labels carried, no other",
+    ),
+    pytest.param(
+        node("gpu-x", WHOLE_GPU),
+        {"vmNodeSelector": SANDBOX},
+        SCHEDULABLE,
+        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '"unschedulable":false,"v":1}',
+        id="a selector label the Node lacks: absent, so no class selects it",
+    ),
+    pytest.param(
+        tainted("NoSchedule", "PreferNoSchedule", "NoExecute"),
+        {},
+        SCHEDULABLE,
+        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":['
+        '{"effect":"NoSchedule","key":"k0","value":""},{"effect":"NoExecute","key":"k2",'
+        '"value":""}],"unschedulable":false,"v":1}',
+        id="the taints that block a VMI, no other",
+    ),
+    pytest.param(
+        cordoned_not_ready(),
+        {},
+        SCHEDULABLE,
+        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":false,"taints":[],'
+        '"unschedulable":true,"v":1}',
+        id="cordoned, and its kubelet unheard",
+    ),
+]
+
+
+@pytest.mark.parametrize(("node_object", "catalog", "state_labels", "state"), VM_NODE_CASES)
+def test_the_devices_handler_keeps_the_state_of_a_node_kubevirt_runs_on(
+    node_object, catalog, state_labels, state
+):
+    composed = devices_of(node_object, catalog)
+    if state is None:
+        assert "vm-node" not in composed
+        return
+    assert composed["vm-node"] == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": STATE_NAME,
+            "namespace": "gpustack-system",
+            "labels": {**state_labels, "resource.gpustack.ai/type": "vm-node"},
+        },
+        "data": {"state": state},
+    }
+
+
+def test_a_change_of_the_node_alone_is_a_new_state_and_no_change_recomputes_nothing(monkeypatch):
+    from functions.handlers import devices
+    from functions.handlers.base import Request
+    from functions.views import plain
+    from tests.support.vm_nodes import agent_devices
+
+    catalog = [{"metadata": {"name": "default"}, "spec": {}}]
+
+    def reconcile(node_object: dict, last: dict | None = None) -> dict:
+        """One reconcile reading `node_object`, after `last` (its status and composed objects)."""
+        obj, observed = agent_devices("gpu-x"), {}
+        if last is not None:
+            obj["status"], observed = last["status"], last["resources"]
+        request = Request.of(obj, observed, required={"catalog": catalog, "node": [node_object]})
+        desired = devices.compose(request)
+        return plain({"status": desired.status, "resources": desired.resources})
+
+    first = reconcile(node("gpu-x", WHOLE_GPU))
+    recomputed: list[int] = []
+    real = devices.build_ledger
+    monkeypatch.setattr(devices, "build_ledger", lambda *a: recomputed.append(1) or real(*a))
+    again = reconcile(node("gpu-x", WHOLE_GPU), first)
+    assert recomputed == [] and again == first
+    cordoned = node("gpu-x", WHOLE_GPU)
+    cordoned["spec"] = {"unschedulable": True}
+    after = reconcile(cordoned, first)
+    assert recomputed == [1]
+    assert '"unschedulable":true' in after["resources"]["vm-node"]["data"]["state"]
+    assert after["status"]["inputs"] != first["status"]["inputs"]
+
+
+def test_cordoning_a_vm_node_reaches_its_classes_through_its_state(world):
+    """gpu-a is the one eligible node (gpu-b is tainted, gpu-c cordoned): cordoned, it offers
+    nothing; deleted with its Devices, its state goes too."""
+    world.api.merge_patch("Node", "gpu-a", {"spec": {"unschedulable": True}})
+    world.reconcile()
+    status = world.get("GPUClass", "example-whole-gpu")["status"]
+    assert (status["free"], status["maxFreePerNode"], status["maxPerNode"]) == (0, 0, 0)
+    world.api.merge_patch("Node", "gpu-a", {"spec": {"unschedulable": False}})
+    world.reconcile()
+    assert world.get("GPUClass", "example-whole-gpu")["status"]["free"] == 3
+    assert world.get("ConfigMap", "gpu-a-gpustack-vm-node", "gpustack-system") is not None
+    world.delete("Devices", "gpu-a")
+    world.reconcile()
+    assert world.get("ConfigMap", "gpu-a-gpustack-vm-node", "gpustack-system") is None
+    assert world.get("GPUClass", "example-whole-gpu")["status"]["free"] == 0
+
+
+UNREADABLE_STATES = [
+    ("not a string", 5, "data.state: must be a string"),
+    ("missing", None, "data.state: is missing"),
+    ("not JSON", "{", "data.state: is not JSON: Expecting property name enclosed in double quotes"),
+    ("no version", '{"node":"n"}', "data.state: v must be a version from 1 on, got None"),
+    ("no node", '{"v":1}', "data.state.node: must name the node"),
+    (
+        "a quantity not a string",
+        '{"v":1,"node":"n","allocatable":{"a/b":4}}',
+        "data.state.allocatable['a/b']: must be a string, got int",
+    ),
+    (
+        "a taint not an object",
+        '{"v":1,"node":"n","taints":["k"]}',
+        "data.state.taints[0]: must be an object, got str",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "problem"), UNREADABLE_STATES, ids=[c[0] for c in UNREADABLE_STATES]
+)
+def test_an_unreadable_state_names_its_field_and_the_class_counts_the_rest(case, text, problem):
+    from functions.handlers import gpuclass
+    from functions.handlers.base import Request
+
+    offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
+    broken = vm_node("gpu-b", WHOLE_GPU)
+    broken["data"] = {} if text is None else {"state": text}
+    desired = gpuclass.compose(
+        Request.of(offer, required={"nodes": [vm_node("gpu-a", WHOLE_GPU), broken]})
+    )
+    assert desired.status["free"] == 4
+    (warning,) = [r.message for r in desired.results if r.reason == "UnreadableObject"]
+    assert warning.startswith(f"ConfigMap gpu-b-gpustack-vm-node: {problem}")
+    assert warning.endswith("; the node is left out of this class's free units")
+
+
+def test_a_state_reads_back_as_it_was_written_and_a_newer_version_by_what_it_knows():
+    from functions.core.status import vmnode
+
+    state = vmnode.of_node(
+        "gpu-x",
+        {"unschedulable": True, "taints": [{"key": "k", "value": "v", "effect": "NoExecute"}]},
+        {
+            "allocatable": {"cpu": "64", "a/b": "2"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    )
+    text = vmnode.write(state)["state"]
+    assert vmnode.read(text) == state
+    newer = text.replace('"v":1', '"v":2,"zones":["a"]')
+    assert vmnode.read(newer) == state

@@ -12,6 +12,7 @@ from functions.simulate import World, load_documents, world_from
 from functions.simulate.apiserver import Refused
 from tests.support import schemas
 from tests.support.schemas import ROOT
+from tests.support.vm_nodes import agent_devices
 from tests.test_render import render
 from tests.test_virtual_machines import VM_CLUSTER, one_round, synced
 
@@ -50,6 +51,8 @@ def world() -> World:
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         gpu_node("gpu-d", 2),
         gpu_node("gpu-e", 2),
+        agent_devices("gpu-d"),
+        agent_devices("gpu-e"),
     )
     world.reconcile()
     return world

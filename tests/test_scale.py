@@ -490,6 +490,7 @@ def test_a_digest_of_another_setting_leaves_the_node_alone(walkthrough):
             required={"catalog": [catalog_object({"instanceTypeAwareCpuManufacturer": True})]},
         ),
         catalog.Settings.from_spec({"instanceTypeAwareCpuManufacturer": True}),
+        None,
     )
     assert aware == first.status["inputs"]
 

@@ -15,6 +15,7 @@ from functions.simulate.kubevirt import KubeVirt
 from functions.simulate.store import Store
 from tests.support import schemas
 from tests.support.schemas import ROOT
+from tests.support.vm_nodes import agent_devices
 
 WALKTHROUGH, CLASSES = ROOT / "examples" / "walkthrough", ROOT / "examples" / "gpuclass"
 # The walkthrough's nodes and settings beside the GPU class cluster: where VM tests start.
@@ -388,7 +389,7 @@ def test_a_class_no_node_advertises_yet_waits_and_starts_when_a_node_appears(new
     )
     assert condition(world, "Scheduled")[:2] == ("False", "WaitingForCapacity")
     assert condition(world, "Admitted")[0] == "True"  # composed, never refused
-    world.apply(node("gpu-new", 2))
+    world.apply(node("gpu-new", 2), agent_devices("gpu-new"))
     world.reconcile()
     assert (status(world)["phase"], status(world)["nodeName"]) == ("Ready", "gpu-new")
     assert condition(world, "Scheduled")[:2] == ("True", "Scheduled")
@@ -397,6 +398,7 @@ def test_a_class_no_node_advertises_yet_waits_and_starts_when_a_node_appears(new
 def test_the_per_vm_limit_counts_eligible_nodes_only(new_gpu):
     world = new_gpu
     world.apply(node("gpu-ready", 2), node("gpu-not-ready", 8, ready="False"))
+    world.apply(agent_devices("gpu-ready"), agent_devices("gpu-not-ready"))
     world.apply(vm([{"className": "example-new-gpu", "count": 4}]))
     world.reconcile()
     assert status(world)["phaseMessage"] == (

@@ -290,30 +290,47 @@ def test_changed_nodes_are_read_from_the_strings_with_the_facts_they_name(walkth
     assert status["detail"]["runtimeVersion"] == "13.1"
 
 
-# --- a GPUClass reads only what it needs of each Node -------------------------------------------
+# --- a devices handler reads only what it needs of its Node; a class, of each node's state -----
 
 GPUCLASS = ROOT / "examples" / "gpuclass"
 
 
-def class_request(objects: list[dict], name: str) -> bytes:
-    """The bytes of the last call of one reconcile of the GPUClass `name` over `objects`."""
-    offer = next(o for o in objects if o["kind"] == "GPUClass" and o["metadata"]["name"] == name)
+def last_call(composite: dict, handler: str, objects: list[dict]) -> bytes:
+    """The bytes of the last call of one reconcile of `composite` by `handler` over `objects`."""
     calls: list[fnv1.RunFunctionRequest] = []
 
     def recording(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         calls.append(copy.deepcopy(req))
         return run_function(req)
 
-    req = pipeline.request(offer, {}, {**INPUT, "handler": "gpuclass"})
+    req = pipeline.request(composite, {}, {**INPUT, "handler": handler})
     pipeline.run_step(recording, req, objects)
     return calls[-1].SerializeToString()
 
 
+def of_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def with_vm_node_states(objects: list[dict]) -> list[dict]:
+    """`objects` and the VM node state the devices handler composes for each Devices."""
+    states = []
+    for devices in of_kind(objects, "Devices"):
+        payload = last_call(devices, "devices", objects)
+        rsp = run_function(fnv1.RunFunctionRequest.FromString(payload))
+        states.append(plain(rsp.desired.resources["vm-node"].resource))
+    return [*objects, *states]
+
+
+def class_request(objects: list[dict], name: str) -> bytes:
+    offer = next(o for o in of_kind(objects, "GPUClass") if o["metadata"]["name"] == name)
+    return last_call(offer, "gpuclass", with_vm_node_states(objects))
+
+
 def nodes_changed(objects: list[dict], change: Callable[[dict], None]) -> list[dict]:
     objects = copy.deepcopy(objects)
-    for obj in objects:
-        if obj["kind"] == "Node":
-            change(obj)
+    for obj in of_kind(objects, "Node"):
+        change(obj)
     return objects
 
 
@@ -338,25 +355,39 @@ NODE_CHANGES: list[tuple[str, Callable[[dict], None]]] = [
 ]
 
 
+def gpu_class_cluster() -> list[dict]:
+    return load_documents(GPUCLASS / "cluster.yaml") + load_documents(GPUCLASS / "classes.yaml")
+
+
+@pytest.mark.parametrize(("case", "change"), NODE_CHANGES, ids=[c[0] for c in NODE_CHANGES])
+def test_a_devices_answers_the_same_from_what_it_reads_of_its_node_as_from_the_whole(case, change):
+    objects = nodes_changed(gpu_class_cluster(), change)
+    for devices in of_kind(objects, "Devices"):
+        payload = last_call(devices, "devices", objects)
+        whole = run_function(fnv1.RunFunctionRequest.FromString(payload))
+        split = run_function(*wire.split(payload))
+        assert "vm-node" in whole.desired.resources
+        assert split.SerializeToString(deterministic=True) == whole.SerializeToString(
+            deterministic=True
+        )
+
+
 @pytest.mark.parametrize("name", ["example-whole-gpu", "example-licensed-vgpu"])
 @pytest.mark.parametrize(("case", "change"), NODE_CHANGES, ids=[c[0] for c in NODE_CHANGES])
-def test_a_class_answers_the_same_from_the_nodes_it_reads_as_from_whole_ones(name, case, change):
-    documents = load_documents(GPUCLASS / "cluster.yaml") + load_documents(
-        GPUCLASS / "classes.yaml"
-    )
-    payload = class_request(nodes_changed(documents, change), name)
+def test_a_class_answers_the_same_from_what_it_reads_of_each_state_as_from_the_whole(
+    name, case, change
+):
+    payload = class_request(nodes_changed(gpu_class_cluster(), change), name)
     whole = run_function(fnv1.RunFunctionRequest.FromString(payload))
     split = run_function(*wire.split(payload))
+    assert len(fnv1.RunFunctionRequest.FromString(payload).required_resources["nodes"].items) == 3
     assert split.SerializeToString(deterministic=True) == whole.SerializeToString(
         deterministic=True
     )
 
 
-def test_a_class_parses_of_each_node_only_what_it_reads(monkeypatch):
-    documents = load_documents(GPUCLASS / "cluster.yaml") + load_documents(
-        GPUCLASS / "classes.yaml"
-    )
-    payload = class_request(documents, "example-whole-gpu")
+def projected_in(monkeypatch: pytest.MonkeyPatch, payload: bytes) -> list[Any]:
+    """The objects a worker parsed only part of, handling `payload`."""
     seen: list[Any] = []
     real = wire.projected
 
@@ -367,12 +398,30 @@ def test_a_class_parses_of_each_node_only_what_it_reads(monkeypatch):
 
     monkeypatch.setattr(wire, "projected", spy)
     run_function(*wire.split(payload))
-    assert [view_of(node).name for node in seen] == ["gpu-a", "gpu-b", "gpu-c"]
-    assert {key for node in seen for key in view_of(node).view("metadata").to_dict()} == {
-        "name",
-        "labels",
+    return [view_of(obj).to_dict() for obj in seen]
+
+
+def test_a_devices_parses_of_its_node_only_what_it_reads(monkeypatch):
+    objects = gpu_class_cluster()
+    devices = of_kind(objects, "Devices")[0]
+    (node,) = projected_in(monkeypatch, last_call(devices, "devices", objects))
+    assert node == {
+        "metadata": {"labels": {"kubevirt.io/schedulable": "true"}},
+        "status": {
+            "allocatable": {"example.com/licensed-vgpu": "8", "example.com/whole-gpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
-    assert {key for node in seen for key in view_of(node).view("status").to_dict()} == {
-        "allocatable",
-        "conditions",
-    }
+
+
+def test_a_class_parses_of_each_state_only_what_it_reads(monkeypatch):
+    payload = class_request(gpu_class_cluster(), "example-whole-gpu")
+    seen = projected_in(monkeypatch, payload)
+    assert [state["metadata"]["name"] for state in seen] == [
+        "gpu-a-gpustack-vm-node",
+        "gpu-b-gpustack-vm-node",
+        "gpu-c-gpustack-vm-node",
+    ]
+    assert {key for state in seen for key in state} == {"metadata", "data"}
+    assert {key for state in seen for key in state["metadata"]} == {"name", "labels"}
+    assert seen[0]["metadata"]["labels"] == {"kubevirt.io/schedulable": "true"}

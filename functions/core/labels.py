@@ -42,7 +42,8 @@ ALLOCATED = "device.gpustack.ai/accelerator.allocated"  # annotation: what the d
 VIRT_LAUNCHER = {"kubevirt.io": "virt-launcher"}  # KubeVirt's launcher Pods
 # virt-handler's heartbeat on a Node: "true" while it runs there and its heartbeat is fresh.
 # KubeVirt puts it in every virt-launcher Pod's nodeSelector: no other node can run a VMI.
-KUBEVIRT_SCHEDULABLE = {"kubevirt.io/schedulable": "true"}
+KUBEVIRT_HEARTBEAT = "kubevirt.io/schedulable"  # on every Node virt-handler runs on
+KUBEVIRT_SCHEDULABLE = {KUBEVIRT_HEARTBEAT: "true"}
 # What the NVIDIA GPU Operator labels a node whose GPUs serve VMs (its workload config
 # vm-passthrough or vm-vgpu): its sandbox device plugin runs there and advertises them.
 GPU_OPERATOR_VM_NODE = {"nvidia.com/gpu.deploy.sandbox-device-plugin": "true"}

@@ -3,16 +3,19 @@
 `<node>-gpustack-worker` carries `gpustack.ai/managed` and the CPU keys; on accelerated nodes
 `<node>-gpustack-device-manager` carries the accelerator keys and, with `workloadFitAffinity`,
 the per-card fit labels. `<node>-gpustack-summary`, a ConfigMap, holds what pools read of this
-node (core/status/summary.py), labelled as pools select nodes. All three live in the Catalog's
+node (core/status/summary.py), labelled as pools select nodes. Where KubeVirt runs on the node,
+`<node>-gpustack-vm-node`, a ConfigMap, holds what GPU classes read of its Node
+(core/status/vmnode.py), labelled as classes select VM nodes. All live in the Catalog's
 systemNamespace.
 
-A reconcile whose inputs — the node's name and spec, the Catalog settings read here, this
-release — hash to the digest the last status recorded (`status.inputs`) recomputes nothing: it
-returns the observed status and composed objects as they are. So does the first call of a
-reconcile, made before the Catalog is read: Crossplane calls again once it is. The agent writes the spec only
-when a reading changed, and Crossplane reconciles the Devices on each such write, so the TTL
-only bounds how late a Catalog setting change reaches the node (required resources are not
-watched on Crossplane v2.3).
+A reconcile whose inputs — the node's name and spec, the Catalog settings read here, the VM
+node state, this release — hash to the digest the last status recorded (`status.inputs`)
+recomputes nothing: it returns the observed status and composed objects as they are. So does
+the first call of a reconcile, made before the Catalog and the Node are read: Crossplane calls
+again once they are. The agent writes the spec only when a reading changed, and Crossplane
+reconciles the Devices on each such write (and, where it watches required objects, on each
+change of the Node), so the TTL bounds how late a Catalog setting or, on Crossplane v2.3, a
+change of the Node reaches the node's objects.
 """
 
 from __future__ import annotations
@@ -28,13 +31,22 @@ from functions.core.pools import NodeSummary, summarize_devices
 from functions.core.settings import Settings
 from functions.core.status import devices as devices_status
 from functions.core.status import summary as node_summary
+from functions.core.status import vmnode
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, as_desired, catalog_settings, observed_status
 from functions.views import View, plain
 
 TTL = datetime.timedelta(minutes=5)
-WORKER, DEVICE_MANAGER, SUMMARY = "worker", "device-manager", "summary"
+WORKER, DEVICE_MANAGER, SUMMARY, VM_NODE = "worker", "device-manager", "summary", "vm-node"
+# What the VM node state reads of the Node, but the labels the Catalog's vm_nodes names: the rest
+# of a Node (its images, its node labeller's labels, its managedFields) is left unparsed.
+NODE_READS = (
+    ("spec", "unschedulable"),
+    ("spec", "taints"),
+    ("status", "allocatable"),
+    ("status", "conditions"),
+)
 
 
 def _release() -> str:
@@ -76,12 +88,45 @@ def summary_config_map(namespace: str, spec: DevicesSpec, summary: NodeSummary) 
     }
 
 
+def vm_node_config_map(request: Request, settings: Settings) -> dict | None:
+    """The node's VM node state, labelled with the Node's values of the labels classes select
+    VM nodes by (settings.vm_nodes); None where KubeVirt does not run on the node, or the Node
+    is not read (yet, or at all)."""
+    node = request.required_one("node")
+    if node is None:
+        return None
+    node_labels = node.view("metadata", "labels")
+    if not node_labels.has(labels.KUBEVIRT_HEARTBEAT):  # KubeVirt does not run there
+        return None
+    state = vmnode.of_node(
+        request.xr.name, node.view("spec").to_dict(), node.view("status").to_dict()
+    )
+    found = {key: node_labels.str(key) for key in settings.vm_nodes if node_labels.has(key)}
+    found[labels.RESOURCE_TYPE] = vmnode.RESOURCE_TYPE
+    return {
+        "apiVersion": apis.CORE,
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": names.node_object_name(request.xr.name, vmnode.NAME_SUFFIX),
+            "namespace": settings.system_namespace,
+            "labels": dict(sorted(found.items())),
+        },
+        "data": vmnode.write(state),
+    }
+
+
 def requirements(request: Request) -> dict[str, Requirement]:
-    return {"catalog": CATALOG}
+    # Which of the Node's labels are read is the Catalog's to say (the defaults until it is
+    # read, when the Node is not read either); Crossplane is asked for the same Node each call.
+    settings = catalog_settings(request, Desired())
+    labelled = tuple(("metadata", "labels", key) for key in sorted(settings.vm_nodes))
+    node = Requirement(apis.CORE, "Node", match_name=request.xr.name, reads=NODE_READS + labelled)
+    return {"catalog": CATALOG, "node": node}
 
 
-def inputs_digest(request: Request, settings: Settings) -> str:
-    """What this handler's output depends on, hashed: the node, its spec, the settings read."""
+def inputs_digest(request: Request, settings: Settings, vm_node: dict | None) -> str:
+    """What this handler's output depends on, hashed: the node, its spec, the settings read,
+    the VM node state."""
     return devices_status.inputs_digest(
         request.xr.name,
         structs.canonical(request.xr, "spec"),
@@ -92,15 +137,17 @@ def inputs_digest(request: Request, settings: Settings) -> str:
             "workloadFitAffinity": settings.workload_fit_affinity,
         },
         RELEASE,
+        vm_node,
     )
 
 
 def compose(request: Request) -> Desired:
     desired = Desired()
     settings = catalog_settings(request, desired)
-    if unchanged(request, settings):
+    vm_node = vm_node_config_map(request, settings)
+    if unchanged(request, settings, vm_node):
         return keep_observed(request, desired)
-    digest = inputs_digest(request, settings)
+    digest = inputs_digest(request, settings, vm_node)
     try:
         # Only what the spec is read from: the status (the last ledger) is as large again.
         spec = parse_devices({part: plain(request.xr.get(part)) for part in ("metadata", "spec")})
@@ -130,6 +177,8 @@ def compose(request: Request) -> Desired:
         )
     config_map = summary_config_map(namespace, spec, summary)
     desired.compose(SUMMARY, config_map, request.observed(SUMMARY))
+    if vm_node is not None:
+        desired.compose(VM_NODE, vm_node, request.observed(VM_NODE))
     return desired
 
 
@@ -141,18 +190,21 @@ def conflict_warning(desired: Desired, device: str, pod: str, reason: str) -> No
     )
 
 
-def unchanged(request: Request, settings: Settings) -> bool:
+def unchanged(request: Request, settings: Settings, vm_node: dict | None) -> bool:
     """Everything the last status composed is there, and it was computed from these inputs —
     or the Catalog is not read yet: then this is the first call of a reconcile, which Crossplane
-    calls again with it, so nothing is worth computing now."""
+    calls again with it and the Node, so nothing is worth computing now."""
     status = request.xr.view("status")
     digest = status.str("inputs")
     expected = {WORKER, SUMMARY} | ({DEVICE_MANAGER} if len(status.list("groups")) else set())
+    if request.required("catalog") is None:
+        observed = set(request.observed_names())
+        return bool(digest) and observed - {VM_NODE} == expected
+    if vm_node is not None:
+        expected.add(VM_NODE)
     if not digest or set(request.observed_names()) != expected:
         return False
-    if request.required("catalog") is None:
-        return True
-    return digest == inputs_digest(request, settings)
+    return digest == inputs_digest(request, settings, vm_node)
 
 
 def keep_observed(request: Request, desired: Desired) -> Desired:

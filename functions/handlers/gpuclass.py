@@ -3,8 +3,10 @@
 `status.free` counts free units of the class's device-plugin resource over eligible nodes
 (KubeVirt can run VMIs there — `kubevirt.io/schedulable: "true"`, which virt-handler's heartbeat
 keeps and every virt-launcher Pod selects — Ready, not cordoned, no NoSchedule/NoExecute taint
-the class does not tolerate); only such Nodes are required, so the request carries the nodes
-that serve VMs, not the whole fleet;
+the class does not tolerate). A class reads each node's VM node state, the small object the
+devices handler keeps from its Node (core/status/vmnode.py), not the Node itself: only the
+states labelled as VM nodes are required, so the request carries a few hundred bytes per node
+that serves VMs, not the whole fleet's Nodes;
 `status.maxFreePerNode` is the largest of them, and `status.maxPerNode` the most units one eligible
 node advertises (used or not): the per-VM limit of a class without `maxCount`, which VM Instances
 read here rather than requiring every Node themselves. They are observations, not reservations.
@@ -36,29 +38,21 @@ from typing import Any
 from functions.core import apis, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
 from functions.core.settings import DNS_LABEL, Settings
+from functions.core.status import StatusError, vmnode
+from functions.core.status.vmnode import VmNode
 from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, catalog_settings
-from functions.handlers.readiness import condition
 from functions.views import View, view_of
 
-BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 FEATURE_TYPES = (1, 4)  # license.featureType: NVIDIA vGPU (1) or Virtual Compute Server (4)
 DEFAULT_FEATURE_TYPE = 1
 
 PLATFORM_NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitlement" setting'
 
 
-# All `read_nodes` reads of a Node, but the labels it checks: a class's request is thousands of
-# Nodes, and the rest of each (its images, its node labeller's labels, its managedFields) is
-# most of it, left unparsed (functions/wire.py).
-NODE_READS = (
-    ("metadata", "name"),
-    ("spec", "unschedulable"),
-    ("spec", "taints"),
-    ("status", "allocatable"),
-    ("status", "conditions"),
-)
+# All `read_nodes` reads of a VM node state but the labels it checks (functions/wire.py).
+STATE_READS = (("metadata", "name"), ("data", vmnode.STATE_KEY))
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
@@ -75,7 +69,11 @@ def requirements(request: Request) -> dict[str, Requirement]:
     settings = catalog_settings(request, Desired())
     labelled = tuple(("metadata", "labels", key) for key in sorted(settings.vm_nodes))
     found["nodes"] = Requirement(
-        apis.CORE, "Node", match_labels=settings.vm_nodes, reads=NODE_READS + labelled
+        apis.CORE,
+        "ConfigMap",
+        match_labels={labels.RESOURCE_TYPE: vmnode.RESOURCE_TYPE, **settings.vm_nodes},
+        namespace=settings.system_namespace,
+        reads=STATE_READS + labelled,
     )
     secret = request.xr.str("spec", "license", "secretName")
     if secret:
@@ -172,22 +170,21 @@ def permitted_resources(kubevirts: list[View] | None) -> set[str]:
     return found
 
 
-# A class reads each Node whole, about 9 KiB: this many Nodes that can serve no VM are worth a
-# selector long before the request passes the 64 MiB receive limit (about 7,000 Nodes).
+# Each reconcile of a class carries the state of every node it reads, about 1 KiB as Crossplane
+# hands it over: this many nodes that can serve no VM are worth a selector.
 IDLE_NODES_WORTH_SELECTING = 1000
 GPU_OPERATOR_HINT = ", ".join(f'{k}: "{v}"' for k, v in labels.GPU_OPERATOR_VM_NODE.items())
 
 
 def unselected_nodes(nodes: NodesRead, desired: Desired) -> None:
-    """A Warning when the class, with no vmNodeSelector, reads many Nodes that advertise no
-    resource KubeVirt permits: Nodes that can serve no VM, carried by every reconcile."""
+    """A Warning when the class, with no vmNodeSelector, reads many nodes that advertise no
+    resource KubeVirt permits: nodes that can serve no VM, carried by every reconcile."""
     if nodes.idle >= IDLE_NODES_WORTH_SELECTING:
         desired.warning(
-            f"this class reads {nodes.count:,} Nodes, {nodes.idle:,} of which advertise no "
+            f"this class reads {nodes.count:,} nodes, {nodes.idle:,} of which advertise no "
             "resource KubeVirt permits: set the Catalog's vmNodeSelector to a label only the VM "
             f"nodes carry (with the NVIDIA GPU Operator, {GPU_OPERATOR_HINT}); "
-            "a class's request carries every Node it reads, and stops arriving past the "
-            "function's 64 MiB receive limit (about 7,000 Nodes)",
+            "every reconcile of a class carries the state of each node it reads",
             reasons.VM_NODES_UNSELECTED,
         )
 
@@ -234,35 +231,38 @@ def read_nodes(
     vm_resources: set[str],
     desired: Desired,
 ) -> NodesRead:
-    """Units of `resource` (None: a class that offers none) on each eligible node (labelled
-    `settings.vm_nodes`) that advertises it; a node whose allocatable cannot be read is left
-    out and named in a Warning.
+    """Units of `resource` (None: a class that offers none) on each eligible node (its state
+    labelled `settings.vm_nodes`) that advertises it; a state, or a node's allocatable, that
+    cannot be read is left out and named in a Warning.
 
-    Each Node is read once, in the order it came (sums do not depend on it; only the Warnings
-    are sorted): its allocatable resources, then, only where it advertises the class's, its
-    labels, conditions and taints. A class's request carries thousands of Nodes."""
+    Each state is read once, in the order it came (sums do not depend on it; only the Warnings
+    are sorted). A class's request carries thousands of them."""
     tolerations = list(spec.list("tolerations").views())
     used = units_in_use(request, resource) if resource else {}
     count_idle = not settings.vm_node_selector
     nodes, unreadable = NodesRead(), []
-    for node in map(view_of, request.required_objects("nodes") or ()):
+    for found in map(view_of, request.required_objects("nodes") or ()):
+        try:
+            state = vmnode.read(found.get("data", vmnode.STATE_KEY))
+        except StatusError as error:
+            unreadable.append((f"ConfigMap {found.name}", error.field, error.problem))
+            continue
         nodes.count += 1
-        allocatable = node.view("status", "allocatable")
-        if count_idle and not any(map(allocatable.has, vm_resources)):
+        if count_idle and not any(map(state.allocatable.__contains__, vm_resources)):
             nodes.idle += 1  # it serves no VM
-        advertised = allocatable.get(resource) if resource else None
-        if advertised is None or not eligible(node, settings.vm_nodes, tolerations):
+        advertised = state.allocatable.get(resource) if resource else None
+        if advertised is None or not eligible(found, state, settings.vm_nodes, tolerations):
             continue
         try:
             total = quantity.device_count(advertised)
         except QuantityError as error:
-            unreadable.append((node.name, str(error)))
+            where = f"status.allocatable[{resource!r}]"
+            unreadable.append((f"Node {state.node}", where, str(error)))
             continue
-        nodes.units.append(NodeUnits(total, max(0, total - used.get(node.name, 0))))
-    for name, error in sorted(unreadable):
+        nodes.units.append(NodeUnits(total, max(0, total - used.get(state.node, 0))))
+    for what, where, problem in sorted(unreadable):
         desired.warning(
-            f"Node {name}: status.allocatable[{resource!r}]: {error}; "
-            "the node is left out of this class's free units",
+            f"{what}: {where}: {problem}; the node is left out of this class's free units",
             reasons.UNREADABLE_OBJECT,
         )
     return nodes
@@ -291,21 +291,19 @@ def units_requested(pod: View, resource: str) -> int:
     return total
 
 
-def eligible(node: View, vm_nodes: Mapping[str, str], tolerations: list[Mapping[str, Any]]) -> bool:
-    """Labelled `vm_nodes` (KubeVirt-schedulable, and the Catalog's vmNodeSelector), Ready,
-    not cordoned, and every NoSchedule/NoExecute taint tolerated by the class. (The labels are
-    checked here as well as selected: a caller that did not keep to the selector must not have
-    other nodes counted.)"""
-    node_labels, node_spec = node.view("metadata", "labels"), node.view("spec")
-    if any(node_labels.get(key) != value for key, value in vm_nodes.items()):  # not each label
+def eligible(
+    found: View, state: VmNode, vm_nodes: Mapping[str, str], tolerations: list[Mapping[str, Any]]
+) -> bool:
+    """Labelled `vm_nodes` (KubeVirt-schedulable, and the Catalog's vmNodeSelector: the state
+    carries its Node's values), Ready, not cordoned, and every NoSchedule/NoExecute taint
+    tolerated by the class. (The labels are checked here as well as selected: a caller that
+    did not keep to the selector must not have other nodes counted.)"""
+    state_labels = found.view("metadata", "labels")
+    if any(state_labels.get(key) != value for key, value in vm_nodes.items()):  # not each label
         return False
-    if condition(node, "Ready") != "True" or node_spec.bool("unschedulable"):
+    if not state.ready or state.unschedulable:
         return False
-    return all(
-        any(tolerates(t, taint) for t in tolerations)
-        for taint in node_spec.list("taints").views()
-        if taint.str("effect") in BLOCKING_EFFECTS
-    )
+    return all(any(tolerates(t, taint) for t in tolerations) for taint in state.taints)
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:

@@ -75,13 +75,22 @@ def write(ledger: NodeLedger, summary: NodeSummary, inputs: str = "") -> dict[st
     return status
 
 
-def inputs_digest(node: str, spec: bytes, settings: Mapping[str, Any], release: str) -> str:
+def inputs_digest(
+    node: str,
+    spec: bytes,
+    settings: Mapping[str, Any],
+    release: str,
+    vm_node: Mapping[str, Any] | None = None,
+) -> str:
     """A digest of everything a Devices status is computed from: the node, its spec (as
-    canonical bytes), the settings read and the release, SHA-256.
+    canonical bytes), the settings read, the release, and the VM node state composed from the
+    Node (None: none), SHA-256.
 
     The release is part of it, so an upgrade recomputes every node once: a fix in the ledger
     reaches nodes whose spec never changes."""
     document = {"node": node, "settings": dict(settings), "release": release}
+    if vm_node is not None:
+        document["vmNode"] = dict(vm_node)
     text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode() + b"\0" + spec).hexdigest()[:32]
 

@@ -1,0 +1,117 @@
+"""A VM node's state: what a GPUClass needs from one node, published as one small object per node.
+
+Written by the devices handler, from the Node it requires by name; read by the gpuclass handler.
+A class used to require every Node that can run VMs, each about 28 KiB as Crossplane hands it
+over (its images, KubeVirt's node labeller's labels, its managedFields), to read a few fields of
+each: past about 2,200 such Nodes its request passed the 64 MiB receive limit. Now it requires
+one ConfigMap per node holding only those fields (docs/performance.md has the bytes).
+
+The ConfigMap (`<node>-gpustack-vm-node` in the Catalog's systemNamespace) is composed for each
+node where KubeVirt runs (the Node carries virt-handler's `kubevirt.io/schedulable`, "true" or
+not). It carries, as labels, the Node's values of the labels the Catalog's `vm_nodes` names, so a
+class selects these objects as it selected the Nodes; and one key, `state`: compact JSON holding
+the node's name, whether it is Ready and cordoned, its NoSchedule/NoExecute taints, and its
+extended resources' allocatable quantities as the kubelet wrote them (a class parses its own).
+
+The state is as fresh as the devices handler's last reconcile of that node: on each write of the
+agent, on each change of the Node where Crossplane watches required objects, and at the latest
+on the devices handler's TTL (docs/gpuclass.md). Versioned like every published status.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from functions.core.status import StatusError, read_list, read_object, read_str
+
+VERSION = 1
+STATE_KEY = "state"
+STATE_AT = f"data.{STATE_KEY}"
+RESOURCE_TYPE = "vm-node"  # the value of labels.RESOURCE_TYPE on every VM node state
+NAME_SUFFIX = "gpustack-vm-node"
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")  # the taints that keep a VMI off a node
+
+
+@dataclass(frozen=True)
+class VmNode:
+    """What a class reads of one node: `taints` only those that block scheduling, each a
+    {key, value, effect} mapping; `allocatable` the extended resources (a name with a '/')."""
+
+    node: str
+    ready: bool
+    unschedulable: bool
+    taints: tuple[Mapping[str, str], ...]
+    allocatable: Mapping[str, str]
+
+
+def of_node(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> VmNode:
+    """The state of the Node `name` from its spec and status, as plain data."""
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+    taints = tuple(
+        {"key": t.get("key") or "", "value": t.get("value") or "", "effect": t["effect"]}
+        for t in spec.get("taints") or ()
+        if t.get("effect") in BLOCKING_EFFECTS
+    )
+    allocatable = {
+        resource: str(amount)
+        for resource, amount in sorted((status.get("allocatable") or {}).items())
+        if "/" in resource
+    }
+    return VmNode(name, ready, spec.get("unschedulable") is True, taints, allocatable)
+
+
+def write(state: VmNode) -> dict[str, str]:
+    """The ConfigMap's data: one compact JSON string, keys sorted (same state, same bytes)."""
+    document = {
+        "allocatable": dict(state.allocatable),
+        "node": state.node,
+        "ready": state.ready,
+        "taints": [dict(t) for t in state.taints],
+        "unschedulable": state.unschedulable,
+        "v": VERSION,
+    }
+    return {STATE_KEY: json.dumps(document, sort_keys=True, separators=(",", ":"))}
+
+
+def read(text: Any) -> VmNode:
+    """A node's state from its `state` string. Raises StatusError naming what cannot be read.
+    A newer version is read by the fields this release knows."""
+    if not isinstance(text, str):
+        raise StatusError(STATE_AT, "is missing" if text is None else "must be a string")
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise StatusError(STATE_AT, f"is not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise StatusError(STATE_AT, "must hold a JSON object")
+    version = document.get("v")
+    if type(version) is not int or version < 1:
+        raise StatusError(STATE_AT, f"v must be a version from 1 on, got {version!r}")
+    node = read_str(document.get("node"), f"{STATE_AT}.node")
+    if not node:
+        raise StatusError(f"{STATE_AT}.node", "must name the node")
+    allocatable = read_object(document.get("allocatable"), f"{STATE_AT}.allocatable")
+    for resource, amount in allocatable.items():
+        read_str(amount, f"{STATE_AT}.allocatable[{resource!r}]")
+    return VmNode(
+        node=node,
+        ready=document.get("ready") is True,
+        unschedulable=document.get("unschedulable") is True,
+        taints=tuple(_taints(document.get("taints"))),
+        allocatable=allocatable,
+    )
+
+
+def _taints(value: Any) -> Iterable[Mapping[str, str]]:
+    for index, taint in enumerate(read_list(value, f"{STATE_AT}.taints")):
+        at = f"{STATE_AT}.taints[{index}]"
+        taint = read_object(taint, at)
+        yield {
+            part: read_str(taint.get(part), f"{at}.{part}") for part in ("key", "value", "effect")
+        }
