@@ -190,7 +190,8 @@ def fleet(count: int, advertised: dict[str, str]) -> list[dict]:
     """`count` nodes' states, advertising `advertised`; those that advertise anything are VM
     nodes."""
     labels = {**SCHEDULABLE, **(SANDBOX if advertised else {})}
-    return [vm_node(f"node-{i:05d}", advertised, labels) for i in range(count)]
+    role = "vm" if advertised else "idle"
+    return [vm_node(f"{role}-{i:05d}", advertised, labels) for i in range(count)]
 
 
 UNSELECTED = (
@@ -369,7 +370,8 @@ VM_NODE_CASES = [
         node("gpu-x", WHOLE_GPU),
         {},
         SCHEDULABLE,
-        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '{"allocatable":{"example.com/whole-gpu":"4"},'
+        '"labels":{"kubevirt.io/schedulable":"true"},"node":"gpu-x","ready":true,"taints":[],'
         '"unschedulable":false,"v":1}',
         id="a Ready VM node: its extended resources, not its cores",
     ),
@@ -377,7 +379,8 @@ VM_NODE_CASES = [
         node("gpu-x", WHOLE_GPU, {"kubevirt.io/schedulable": "false"}),
         {},
         {"kubevirt.io/schedulable": "false"},
-        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '{"allocatable":{"example.com/whole-gpu":"4"},'
+        '"labels":{"kubevirt.io/schedulable":"false"},"node":"gpu-x","ready":true,"taints":[],'
         '"unschedulable":false,"v":1}',
         id="a stopped heartbeat: the label as it is, which no class selects",
     ),
@@ -385,7 +388,8 @@ VM_NODE_CASES = [
         node("gpu-x", WHOLE_GPU, {**SCHEDULABLE, **SANDBOX, "other": "x"}),
         {"vmNodeSelector": SANDBOX},
         {**SANDBOX, **SCHEDULABLE},
-        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '{"allocatable":{"example.com/whole-gpu":"4"},'
+        '"labels":{"kubevirt.io/schedulable":"true","nvidia.com/gpu.deploy.sandbox-device-plugin":"true"},"node":"gpu-x","ready":true,"taints":[],'
         '"unschedulable":false,"v":1}',
         id="the Catalog's vmNodeSelector: its labels carried, no other",
     ),
@@ -393,7 +397,8 @@ VM_NODE_CASES = [
         node("gpu-x", WHOLE_GPU),
         {"vmNodeSelector": SANDBOX},
         SCHEDULABLE,
-        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":[],'
+        '{"allocatable":{"example.com/whole-gpu":"4"},'
+        '"labels":{"kubevirt.io/schedulable":"true"},"node":"gpu-x","ready":true,"taints":[],'
         '"unschedulable":false,"v":1}',
         id="a selector label the Node lacks: absent, so no class selects it",
     ),
@@ -401,7 +406,8 @@ VM_NODE_CASES = [
         tainted("NoSchedule", "PreferNoSchedule", "NoExecute"),
         {},
         SCHEDULABLE,
-        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":true,"taints":['
+        '{"allocatable":{"example.com/whole-gpu":"4"},'
+        '"labels":{"kubevirt.io/schedulable":"true"},"node":"gpu-x","ready":true,"taints":['
         '{"effect":"NoSchedule","key":"k0","value":""},{"effect":"NoExecute","key":"k2",'
         '"value":""}],"unschedulable":false,"v":1}',
         id="the taints that block a VMI, no other",
@@ -410,7 +416,8 @@ VM_NODE_CASES = [
         cordoned_not_ready(),
         {},
         SCHEDULABLE,
-        '{"allocatable":{"example.com/whole-gpu":"4"},"node":"gpu-x","ready":false,"taints":[],'
+        '{"allocatable":{"example.com/whole-gpu":"4"},'
+        '"labels":{"kubevirt.io/schedulable":"true"},"node":"gpu-x","ready":false,"taints":[],'
         '"unschedulable":true,"v":1}',
         id="cordoned, and its kubelet unheard",
     ),
@@ -528,6 +535,7 @@ def test_a_state_reads_back_as_it_was_written_and_a_newer_version_by_what_it_kno
 
     state = vmnode.of_node(
         "gpu-x",
+        {"kubevirt.io/schedulable": "true"},
         {"unschedulable": True, "taints": [{"key": "k", "value": "v", "effect": "NoExecute"}]},
         {
             "allocatable": {"cpu": "64", "a/b": "2"},
@@ -538,3 +546,34 @@ def test_a_state_reads_back_as_it_was_written_and_a_newer_version_by_what_it_kno
     assert vmnode.read(text) == state
     newer = text.replace('"v":1', '"v":2,"zones":["a"]')
     assert vmnode.read(newer) == state
+
+
+def test_right_after_an_upgrade_a_class_without_any_state_keeps_its_counts_and_says_so():
+    """Until each Devices is reconciled by this release no VM node state exists: a class whose
+    counts the release before wrote keeps them rather than take every offer from new VMs."""
+    from functions.handlers import gpuclass
+    from functions.handlers.base import Request
+
+    offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
+    offer["status"] = {"free": 3.0, "maxFreePerNode": 3.0, "maxPerNode": 4.0}
+    desired = gpuclass.compose(Request.of(offer, required={"nodes": []}))
+    assert (desired.status["free"], desired.status["maxFreePerNode"]) == (3, 3)
+    assert desired.status["maxPerNode"] == 4
+    assert [(r.reason, r.message) for r in desired.results if r.reason != "UnreadableObject"] == [
+        (
+            "VMNodeStatesMissing",
+            "no VM node states found (ConfigMaps labelled resource.gpustack.ai/type=vm-node in "
+            "namespace gpustack-system): the counts are kept as observed until the devices "
+            "handler has kept them — after an upgrade, once each Devices is reconciled",
+        )
+    ]
+    assert "nodes" not in desired.status  # kept until this release counts
+    # One state is enough to count from; once this release has counted, none found is none
+    # there (a selector that matches none); a class that never counted has nothing to keep.
+    found = gpuclass.compose(Request.of(offer, required={"nodes": [vm_node("gpu-a", WHOLE_GPU)]}))
+    assert (found.status["free"], found.status["nodes"]) == (4, 1) and not found.results
+    offer["status"] = found.status
+    for status in (found.status, None):
+        offer["status"] = status
+        none = gpuclass.compose(Request.of(offer, required={"nodes": []}))
+        assert (none.status["free"], none.status["nodes"]) == (0, 0) and not none.results

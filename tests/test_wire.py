@@ -414,14 +414,48 @@ def test_a_devices_parses_of_its_node_only_what_it_reads(monkeypatch):
     }
 
 
-def test_a_class_parses_of_each_state_only_what_it_reads(monkeypatch):
-    payload = class_request(gpu_class_cluster(), "example-whole-gpu")
-    seen = projected_in(monkeypatch, payload)
+def test_a_class_reads_the_states_from_their_strings_and_parses_no_object(monkeypatch):
+    assert projected_in(monkeypatch, class_request(gpu_class_cluster(), "example-whole-gpu")) == []
+
+
+def test_where_the_strings_cannot_tell_a_class_parses_of_each_state_only_what_it_reads(
+    monkeypatch,
+):
+    """A state that cannot be read: object by object, each one's name, namespace and text."""
+    objects = with_vm_node_states(gpu_class_cluster())
+    broken = next(o for o in objects if o["metadata"]["name"] == "gpu-b-gpustack-vm-node")
+    broken["data"]["state"] = "{"
+    offer = next(o for o in of_kind(objects, "GPUClass"))
+    seen = projected_in(monkeypatch, last_call(offer, "gpuclass", objects))
     assert [state["metadata"]["name"] for state in seen] == [
         "gpu-a-gpustack-vm-node",
         "gpu-b-gpustack-vm-node",
         "gpu-c-gpustack-vm-node",
     ]
     assert {key for state in seen for key in state} == {"metadata", "data"}
-    assert {key for state in seen for key in state["metadata"]} == {"name", "labels"}
-    assert seen[0]["metadata"]["labels"] == {"kubevirt.io/schedulable": "true"}
+    assert {key for state in seen for key in state["metadata"]} == {"name", "namespace"}
+
+
+@pytest.mark.parametrize(
+    "caller", [pipeline.CROSSPLANE_1, pipeline.CROSSPLANE_2], ids=lambda c: c.name
+)
+def test_a_look_alike_state_never_counts_whichever_crossplane_asks(caller):
+    """1.x ignores a selector's namespace and hands the class a tenant's look-alike too (a node
+    that does not exist, with 8 free units); the class drops it there. 2.2+ keeps to the
+    namespace."""
+    objects = with_vm_node_states(gpu_class_cluster())
+    forged = copy.deepcopy(
+        next(o for o in objects if o["metadata"].get("namespace") == "gpustack-system")
+    )
+    forged["metadata"] |= {"name": "evil-gpustack-vm-node", "namespace": "tenant-a"}
+    forged["data"]["state"] = forged["data"]["state"].replace('"node":"gpu-a"', '"node":"evil"')
+    forged["data"]["state"] = forged["data"]["state"].replace(
+        '"example.com/whole-gpu":"4"', '"example.com/whole-gpu":"8"'
+    )
+    offer = next(
+        o for o in of_kind(objects, "GPUClass") if o["metadata"]["name"] == "example-whole-gpu"
+    )
+    req = pipeline.request(offer, {}, {**INPUT, "handler": "gpuclass"}, caller=caller)
+    rsp = pipeline.run_step(run_function, req, [*objects, forged], caller)
+    status = plain(rsp.desired.composite.resource)["status"]
+    assert (status["free"], status["nodes"]) == (3, 3)

@@ -98,11 +98,11 @@ def vm_node_config_map(request: Request, settings: Settings) -> dict | None:
     node_labels = node.view("metadata", "labels")
     if not node_labels.has(labels.KUBEVIRT_HEARTBEAT):  # KubeVirt does not run there
         return None
+    kept = {key: node_labels.str(key) for key in settings.vm_nodes if node_labels.has(key)}
     state = vmnode.of_node(
-        request.xr.name, node.view("spec").to_dict(), node.view("status").to_dict()
+        request.xr.name, kept, node.view("spec").to_dict(), node.view("status").to_dict()
     )
-    found = {key: node_labels.str(key) for key in settings.vm_nodes if node_labels.has(key)}
-    found[labels.RESOURCE_TYPE] = vmnode.RESOURCE_TYPE
+    found = {**kept, labels.RESOURCE_TYPE: vmnode.RESOURCE_TYPE}
     return {
         "apiVersion": apis.CORE,
         "kind": "ConfigMap",

@@ -30,16 +30,19 @@ platform's. A namespace that is no tenant's is judged by the platform's alone.
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from functions import structs
 from functions.core import apis, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
 from functions.core.settings import DNS_LABEL, Settings
 from functions.core.status import StatusError, vmnode
 from functions.core.status.vmnode import VmNode
+from functions.handlers import inputs
 from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, catalog_settings
@@ -51,8 +54,11 @@ DEFAULT_FEATURE_TYPE = 1
 PLATFORM_NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitlement" setting'
 
 
-# All `read_nodes` reads of a VM node state but the labels it checks (functions/wire.py).
-STATE_READS = (("metadata", "name"), ("data", vmnode.STATE_KEY))
+# All a class reads of a VM node state it cannot gather (functions/wire.py).
+STATE_READS = (("metadata", "name"), ("metadata", "namespace"), ("data", vmnode.STATE_KEY))
+
+
+STATES = "nodes"  # the requirement of the VM node states
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
@@ -67,13 +73,12 @@ def requirements(request: Request) -> dict[str, Requirement]:
         # read, so that a large fleet's Nodes are never fetched unselected, not even once.
         return found
     settings = catalog_settings(request, Desired())
-    labelled = tuple(("metadata", "labels", key) for key in sorted(settings.vm_nodes))
-    found["nodes"] = Requirement(
+    found[STATES] = Requirement(
         apis.CORE,
         "ConfigMap",
         match_labels={labels.RESOURCE_TYPE: vmnode.RESOURCE_TYPE, **settings.vm_nodes},
         namespace=settings.system_namespace,
-        reads=STATE_READS + labelled,
+        reads=STATE_READS,
     )
     secret = request.xr.str("spec", "license", "secretName")
     if secret:
@@ -104,9 +109,39 @@ def compose(request: Request) -> Desired:
         "free": sum(n.free for n in nodes.units),
         "maxFreePerNode": max((n.free for n in nodes.units), default=0),
         "maxPerNode": max((n.allocatable for n in nodes.units), default=0),
+        "nodes": len(nodes.states),
     }
+    if states_missing(request, nodes):
+        keep_counts(request, desired, settings)
     desired.composite_ready = conflict is None and permitted and license_problem is None
     return desired
+
+
+COUNTS = ("free", "maxFreePerNode", "maxPerNode")
+
+
+def states_missing(request: Request, nodes: NodesRead) -> bool:
+    """No VM node state found by a class whose counts a release before them wrote (no
+    `status.nodes`): right after an upgrade, before the devices handler has kept each node's
+    state. Once this release has counted, none found is none there (a selector matching none)."""
+    observed = request.xr.view("status")
+    counted = any(observed.get(k) for k in COUNTS) and not observed.has("nodes")
+    return counted and nodes.resolved and nodes.objects == 0
+
+
+def keep_counts(request: Request, desired: Desired, settings: Settings) -> None:
+    """The counts as observed, and a Warning saying why: a class must not take every offer
+    away from new VMs while the states are being written."""
+    observed = request.xr.view("status")
+    desired.status.update({k: int(observed.get(k) or 0) for k in COUNTS})
+    del desired.status["nodes"]
+    desired.warning(
+        f"no VM node states found (ConfigMaps labelled {labels.RESOURCE_TYPE}="
+        f"{vmnode.RESOURCE_TYPE} in namespace {settings.system_namespace}): the counts are kept "
+        "as observed until the devices handler has kept them — after an upgrade, once each "
+        "Devices is reconciled",
+        reasons.VM_NODE_STATES_MISSING,
+    )
 
 
 def report(
@@ -181,7 +216,7 @@ def unselected_nodes(nodes: NodesRead, desired: Desired) -> None:
     resource KubeVirt permits: nodes that can serve no VM, carried by every reconcile."""
     if nodes.idle >= IDLE_NODES_WORTH_SELECTING:
         desired.warning(
-            f"this class reads {nodes.count:,} nodes, {nodes.idle:,} of which advertise no "
+            f"this class reads {len(nodes.states):,} nodes, {nodes.idle:,} of which advertise no "
             "resource KubeVirt permits: set the Catalog's vmNodeSelector to a label only the VM "
             f"nodes carry (with the NVIDIA GPU Operator, {GPU_OPERATOR_HINT}); "
             "every reconcile of a class carries the state of each node it reads",
@@ -214,13 +249,15 @@ class NodeUnits:
 
 @dataclass
 class NodesRead:
-    """What a class read of its Nodes: units on each eligible node that advertises its
-    resource; how many Nodes there were, and how many advertise no resource KubeVirt permits
+    """What a class read of its nodes' states: each state read; units on each eligible node
+    that advertises its resource; how many nodes advertise no resource KubeVirt permits
     (counted only while the Catalog sets no vmNodeSelector: a selector is the remedy)."""
 
+    states: list[VmNode] = field(default_factory=list)
     units: list[NodeUnits] = field(default_factory=list)
-    count: int = 0
     idle: int = 0
+    objects: int = 0  # the state objects required, read or not
+    resolved: bool = False  # whether Crossplane has fetched them yet
 
 
 def read_nodes(
@@ -231,27 +268,18 @@ def read_nodes(
     vm_resources: set[str],
     desired: Desired,
 ) -> NodesRead:
-    """Units of `resource` (None: a class that offers none) on each eligible node (its state
-    labelled `settings.vm_nodes`) that advertises it; a state, or a node's allocatable, that
-    cannot be read is left out and named in a Warning.
-
-    Each state is read once, in the order it came (sums do not depend on it; only the Warnings
-    are sorted). A class's request carries thousands of them."""
+    """Units of `resource` (None: a class that offers none) on each eligible node that
+    advertises it; a state, or a node's allocatable, that cannot be read is left out and named
+    in a Warning. Sums do not depend on the order; only the Warnings are sorted."""
     tolerations = list(spec.list("tolerations").views())
     used = units_in_use(request, resource) if resource else {}
     count_idle = not settings.vm_node_selector
-    nodes, unreadable = NodesRead(), []
-    for found in map(view_of, request.required_objects("nodes") or ()):
-        try:
-            state = vmnode.read(found.get("data", vmnode.STATE_KEY))
-        except StatusError as error:
-            unreadable.append((f"ConfigMap {found.name}", error.field, error.problem))
-            continue
-        nodes.count += 1
+    nodes, unreadable = read_states(request)
+    for state in nodes.states:
         if count_idle and not any(map(state.allocatable.__contains__, vm_resources)):
             nodes.idle += 1  # it serves no VM
         advertised = state.allocatable.get(resource) if resource else None
-        if advertised is None or not eligible(found, state, settings.vm_nodes, tolerations):
+        if advertised is None or not eligible(state, settings.vm_nodes, tolerations):
             continue
         try:
             total = quantity.device_count(advertised)
@@ -266,6 +294,64 @@ def read_nodes(
             reasons.UNREADABLE_OBJECT,
         )
     return nodes
+
+
+Problems = list[tuple[str, str, str]]  # (which object, field, what is wrong)
+
+# States read before, by their text: a class is reconciled every 30 s, and most of its nodes'
+# states have not changed since. Keyed by what the bytes mean (the text the devices handler
+# wrote), so equal texts are equal states; bounded, the least recently read forgotten first.
+STATE_MEMO_SIZE = 1 << 16
+_read_text = functools.lru_cache(maxsize=STATE_MEMO_SIZE)(vmnode.read)
+
+
+def read_state(text: Any) -> VmNode:
+    """A state from its text, read once while it is among the last STATE_MEMO_SIZE read."""
+    return _read_text(text) if isinstance(text, str) else vmnode.read(text)
+
+
+def read_states(request: Request) -> tuple[NodesRead, Problems]:
+    """Every required VM node state, one per node, and what could not be read.
+
+    From the strings gathered out of the request's bytes where that is exact — one state text
+    per object (told by how it begins), each readable, each of another node — else object by
+    object, which names what is wrong and leaves out what a caller that ignored the namespace
+    (Crossplane 1.x) handed over from elsewhere."""
+    gathered = inputs.gathered_strings(request, STATES)
+    if gathered is not None:
+        texts = [t for t in gathered.strings if t.startswith(vmnode.STATE_START)]
+        states = _all_read(texts) if len(texts) == gathered.objects else None
+        if states is not None and len({s.node for s in states}) == len(states):
+            return NodesRead(states=states, objects=gathered.objects, resolved=True), []
+    given = request.required_objects(STATES)
+    namespace = inputs.namespace_to_keep(request, STATES)
+    found = NodesRead(objects=len(given or ()), resolved=given is not None)
+    problems: Problems = []
+    seen: set[str] = set()
+    for obj in given or ():
+        if namespace and structs.namespace_of(obj) != namespace:
+            continue
+        state_map = view_of(obj)
+        try:
+            state = read_state(state_map.get("data", vmnode.STATE_KEY))
+        except StatusError as error:
+            problems.append((f"ConfigMap {state_map.name}", error.field, error.problem))
+            continue
+        if state.node in seen:
+            problems.append(
+                (f"ConfigMap {state_map.name}", "data.state", f"repeats node {state.node}")
+            )
+            continue
+        seen.add(state.node)
+        found.states.append(state)
+    return found, problems
+
+
+def _all_read(texts: list[str]) -> list[VmNode] | None:
+    try:
+        return [read_state(text) for text in texts]
+    except StatusError:
+        return None  # read object by object, which names it
 
 
 def units_in_use(request: Request, resource: str) -> dict[str, int]:
@@ -292,14 +378,13 @@ def units_requested(pod: View, resource: str) -> int:
 
 
 def eligible(
-    found: View, state: VmNode, vm_nodes: Mapping[str, str], tolerations: list[Mapping[str, Any]]
+    state: VmNode, vm_nodes: Mapping[str, str], tolerations: list[Mapping[str, Any]]
 ) -> bool:
     """Labelled `vm_nodes` (KubeVirt-schedulable, and the Catalog's vmNodeSelector: the state
     carries its Node's values), Ready, not cordoned, and every NoSchedule/NoExecute taint
     tolerated by the class. (The labels are checked here as well as selected: a caller that
     did not keep to the selector must not have other nodes counted.)"""
-    state_labels = found.view("metadata", "labels")
-    if any(state_labels.get(key) != value for key, value in vm_nodes.items()):  # not each label
+    if any(state.labels.get(key) != value for key, value in vm_nodes.items()):
         return False
     if not state.ready or state.unschedulable:
         return False

@@ -69,7 +69,7 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
         inputs_readable(desired, "node summaries", [])
         return summaries
     given = request.required_objects(SUMMARIES) or ()
-    namespace = _namespace(request)
+    namespace = namespace_to_keep(request)
     # A caller that ignored the selector's namespace (Crossplane 1.x) may hand over others.
     objects = [o for o in given if structs.namespace_of(o) == namespace] if namespace else given
     problems: list[tuple[str, str, str]] = []
@@ -99,7 +99,7 @@ def _gathered_summaries(request: Request) -> list[NodeSummary] | None:
     only where there are as many such texts as objects, each readable, each of another node:
     one per object, as the devices handler writes them. (A hand-made ConfigMap could still
     pass: one whose `data.summary` is not a summary, but which holds one under another key.)"""
-    gathered = _gathered_strings(request)
+    gathered = gathered_strings(request)
     if gathered is None:
         return None
     texts = [text for text in gathered.strings if text.startswith(node_summary.SUMMARY_START)]
@@ -111,10 +111,10 @@ def _gathered_summaries(request: Request) -> list[NodeSummary] | None:
     return sorted(summaries, key=_NODE)
 
 
-def _gathered_strings(request: Request) -> RequiredStrings | None:
-    """The strings of the summaries gathered from the request's bytes, where the caller kept to
-    their namespace (none other's can be told apart)."""
-    return None if _namespace(request) else request.required_strings(SUMMARIES)
+def gathered_strings(request: Request, name: str = SUMMARIES) -> RequiredStrings | None:
+    """The strings of the required objects `name` gathered from the request's bytes, where the
+    caller kept to their namespace (none other's can be told apart)."""
+    return None if namespace_to_keep(request, name) else request.required_strings(name)
 
 
 def _one_per_node(
@@ -136,9 +136,10 @@ def _one_per_node(
     return list(found.values())
 
 
-def _namespace(request: Request) -> str:
-    """The namespace summaries must be in, unless the caller already kept to it."""
-    wanted = request.requirements.get(SUMMARIES)
+def namespace_to_keep(request: Request, name: str = SUMMARIES) -> str:
+    """The namespace the required objects `name` must be in, unless the caller already kept to
+    it ("": nothing to drop)."""
+    wanted = request.requirements.get(name)
     if wanted is None or request.namespaces_kept:
         return ""
     return wanted.namespace or ""
@@ -295,7 +296,7 @@ def summary_texts(objects: Sequence[Any]) -> Iterable[str]:
 
 def summaries_missing(request: Request, composed: Iterable[str]) -> bool:
     """No summary read (not resolved yet, or none published) while something was composed."""
-    gathered = _gathered_strings(request)
+    gathered = gathered_strings(request)
     found = gathered.objects if gathered is not None else request.required_objects(SUMMARIES)
     return not found and any(request.observed(name) is not None for name in composed)
 

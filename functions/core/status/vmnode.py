@@ -10,8 +10,10 @@ The ConfigMap (`<node>-gpustack-vm-node` in the Catalog's systemNamespace) is co
 node where KubeVirt runs (the Node carries virt-handler's `kubevirt.io/schedulable`, "true" or
 not). It carries, as labels, the Node's values of the labels the Catalog's `vm_nodes` names, so a
 class selects these objects as it selected the Nodes; and one key, `state`: compact JSON holding
-the node's name, whether it is Ready and cordoned, its NoSchedule/NoExecute taints, and its
-extended resources' allocatable quantities as the kubelet wrote them (a class parses its own).
+the node's name, whether it is Ready and cordoned, its NoSchedule/NoExecute taints, its extended
+resources' allocatable quantities as the kubelet wrote them (a class parses its own), and the
+same labels again (a class checks them from the text alone: functions/wire.py gathers the texts
+of thousands of states without parsing the objects).
 
 The state is as fresh as the devices handler's last reconcile of that node: on each write of the
 agent, on each change of the Node where Crossplane watches required objects, and at the latest
@@ -33,22 +35,30 @@ STATE_AT = f"data.{STATE_KEY}"
 RESOURCE_TYPE = "vm-node"  # the value of labels.RESOURCE_TYPE on every VM node state
 NAME_SUFFIX = "gpustack-vm-node"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")  # the taints that keep a VMI off a node
+# How a state's text begins (keys are sorted, and this one comes first): a reader that gathers
+# every string of many objects at once tells the states apart by it.
+STATE_START = '{"allocatable":'
 
 
 @dataclass(frozen=True)
 class VmNode:
     """What a class reads of one node: `taints` only those that block scheduling, each a
-    {key, value, effect} mapping; `allocatable` the extended resources (a name with a '/')."""
+    {key, value, effect} mapping; `allocatable` the extended resources (a name with a '/');
+    `labels` the Node's values of the labels classes select VM nodes by."""
 
     node: str
     ready: bool
     unschedulable: bool
     taints: tuple[Mapping[str, str], ...]
     allocatable: Mapping[str, str]
+    labels: Mapping[str, str]
 
 
-def of_node(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> VmNode:
-    """The state of the Node `name` from its spec and status, as plain data."""
+def of_node(
+    name: str, labels: Mapping[str, str], spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> VmNode:
+    """The state of the Node `name` from the labels kept, its spec and its status, as plain
+    data."""
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or ()
@@ -63,13 +73,15 @@ def of_node(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> Vm
         for resource, amount in sorted((status.get("allocatable") or {}).items())
         if "/" in resource
     }
-    return VmNode(name, ready, spec.get("unschedulable") is True, taints, allocatable)
+    unschedulable = spec.get("unschedulable") is True
+    return VmNode(name, ready, unschedulable, taints, allocatable, dict(sorted(labels.items())))
 
 
 def write(state: VmNode) -> dict[str, str]:
     """The ConfigMap's data: one compact JSON string, keys sorted (same state, same bytes)."""
     document = {
         "allocatable": dict(state.allocatable),
+        "labels": dict(state.labels),
         "node": state.node,
         "ready": state.ready,
         "taints": [dict(t) for t in state.taints],
@@ -99,12 +111,16 @@ def read(text: Any) -> VmNode:
     allocatable = read_object(document.get("allocatable"), f"{STATE_AT}.allocatable")
     for resource, amount in allocatable.items():
         read_str(amount, f"{STATE_AT}.allocatable[{resource!r}]")
+    labels = read_object(document.get("labels"), f"{STATE_AT}.labels")
+    for key, value in labels.items():
+        read_str(value, f"{STATE_AT}.labels[{key!r}]")
     return VmNode(
         node=node,
         ready=document.get("ready") is True,
         unschedulable=document.get("unschedulable") is True,
         taints=tuple(_taints(document.get("taints"))),
         allocatable=allocatable,
+        labels=labels,
     )
 
 
