@@ -60,6 +60,12 @@ def test_the_doc_renders_the_three_offers_and_the_worker_pool():
         "example-licensed-vgpu": "True",
         "example-byol-vgpu": "False",
     }
+    free = {c["metadata"]["name"]: (c["status"]["free"], c["status"]["nodes"]) for c in classes}
+    assert free == {
+        "example-whole-gpu": (3, 3),
+        "example-licensed-vgpu": (8, 3),
+        "example-byol-vgpu": (0, 3),
+    }
     vmis = [d["metadata"]["name"] for d in stream if d["kind"] == "VirtualMachineInstance"]
     assert vmis == ["gpu-workers-0", "gpu-workers-1", "gpu-workers-2"]
 

@@ -577,3 +577,32 @@ def test_right_after_an_upgrade_a_class_without_any_state_keeps_its_counts_and_s
         offer["status"] = status
         none = gpuclass.compose(Request.of(offer, required={"nodes": []}))
         assert (none.status["free"], none.status["nodes"]) == (0, 0) and not none.results
+
+
+def test_the_vm_node_states_example_is_what_the_devices_handler_composes():
+    """examples/gpuclass/vm-node-states.yaml: `render` a class against it.
+    GPUSTACK_REGENERATE=1 writes it again."""
+    import os
+
+    import yaml
+
+    from functions import pipeline
+    from functions.server import run_function
+    from functions.views import plain
+
+    cluster = load_documents(EXAMPLES / "cluster.yaml")
+    step = {"apiVersion": "fn.gpustack.ai/v1beta1", "kind": "Input", "handler": "devices"}
+    states = []
+    for devices in (d for d in cluster if d["kind"] == "Devices"):
+        rsp = pipeline.run_step(run_function, pipeline.request(devices, {}, step), cluster)
+        states.append(plain(rsp.desired.resources["vm-node"].resource))
+    path = EXAMPLES / "vm-node-states.yaml"
+    header = (
+        "# The VM node states the devices handler keeps of cluster.yaml's nodes (see\n"
+        "# docs/gpuclass.md): what a GPUClass requires. Regenerate with\n"
+        "# GPUSTACK_REGENERATE=1 .venv/bin/python -m pytest tests/test_gpuclass.py\n"
+    )
+    text = header + yaml.safe_dump_all(states, sort_keys=True, width=1000)
+    if os.environ.get("GPUSTACK_REGENERATE"):
+        path.write_text(text)
+    assert path.read_text() == text

@@ -414,8 +414,25 @@ def test_a_devices_parses_of_its_node_only_what_it_reads(monkeypatch):
     }
 
 
-def test_a_class_reads_the_states_from_their_strings_and_parses_no_object(monkeypatch):
-    assert projected_in(monkeypatch, class_request(gpu_class_cluster(), "example-whole-gpu")) == []
+def test_a_class_reads_the_states_from_their_strings_and_of_each_launcher_what_it_reads(
+    monkeypatch,
+):
+    seen = projected_in(monkeypatch, class_request(gpu_class_cluster(), "example-whole-gpu"))
+    assert seen == [  # the one launcher Pod, and no state
+        {
+            "spec": {
+                "nodeName": "gpu-a",
+                "containers": [
+                    {
+                        "name": "compute",
+                        "image": "quay.io/kubevirt/virt-launcher:v1.9.0",
+                        "resources": {"limits": {"example.com/whole-gpu": "1"}},
+                    }
+                ],
+            },
+            "status": {"phase": "Running"},
+        }
+    ]
 
 
 def test_where_the_strings_cannot_tell_a_class_parses_of_each_state_only_what_it_reads(
@@ -426,7 +443,9 @@ def test_where_the_strings_cannot_tell_a_class_parses_of_each_state_only_what_it
     broken = next(o for o in objects if o["metadata"]["name"] == "gpu-b-gpustack-vm-node")
     broken["data"]["state"] = "{"
     offer = next(o for o in of_kind(objects, "GPUClass"))
-    seen = projected_in(monkeypatch, last_call(offer, "gpuclass", objects))
+    seen = [
+        o for o in projected_in(monkeypatch, last_call(offer, "gpuclass", objects)) if "data" in o
+    ]
     assert [state["metadata"]["name"] for state in seen] == [
         "gpu-a-gpustack-vm-node",
         "gpu-b-gpustack-vm-node",

@@ -59,6 +59,9 @@ STATE_READS = (("metadata", "name"), ("metadata", "namespace"), ("data", vmnode.
 
 
 STATES = "nodes"  # the requirement of the VM node states
+# All `units_in_use` reads of a virt-launcher Pod: its metadata, volumes and status conditions,
+# most of it, are left unparsed (functions/wire.py).
+LAUNCHER_READS = (("spec", "nodeName"), ("spec", "containers"), ("status", "phase"))
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
@@ -66,7 +69,9 @@ def requirements(request: Request) -> dict[str, Requirement]:
         "catalog": CATALOG,
         "classes": Requirement(apis.GPU_CLASS, "GPUClass"),
         "kubevirt": Requirement(apis.KUBEVIRT, "KubeVirt"),
-        "launchers": Requirement(apis.CORE, "Pod", match_labels=labels.VIRT_LAUNCHER),
+        "launchers": Requirement(
+            apis.CORE, "Pod", match_labels=labels.VIRT_LAUNCHER, reads=LAUNCHER_READS
+        ),
     }
     if request.required("catalog") is None:
         # Which Nodes, and where the license is, are the Catalog's to say: asked for once it is
