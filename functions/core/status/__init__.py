@@ -10,6 +10,7 @@ Readers take plain dicts or the handlers' lazy Struct views alike: anything with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -60,3 +61,16 @@ def read_str(value: Any, path: str, default: str = "") -> str:
     if not isinstance(value, str):
         raise StatusError(path, f"must be a string, got {type(value).__name__}")
     return value
+
+
+def read_document(text: Any, at: str) -> dict[str, Any]:
+    """The JSON object a published string holds (a ConfigMap's data value)."""
+    if not isinstance(text, str):
+        raise StatusError(at, "is missing" if text is None else "must be a string")
+    try:
+        document = json.loads(text)
+    except ValueError as error:
+        raise StatusError(at, f"is not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise StatusError(at, "must hold a JSON object")
+    return document

@@ -36,7 +36,7 @@ from typing import Any
 from functions.core.devices import Cpu
 from functions.core.ledger import GroupSummary
 from functions.core.pools import GroupFacts, NodeSummary, ProfileFacts
-from functions.core.status import StatusError
+from functions.core.status import StatusError, read_document
 from functions.core.status.devices import COUNT_FIELDS, COUNT_NAMES
 
 VERSION = 1
@@ -147,7 +147,7 @@ def read(text: Any, facts: Any = None) -> NodeSummary:
     The summary holds plain data and one `partial`, no closure: a worker keeps thousands of
     summaries, and every object the garbage collector tracks is one it walks on each full
     collection (the closures it held, with the memo's, were seven such objects per node)."""
-    document = _document(text, SUMMARY_AT)
+    document = read_document(text, SUMMARY_AT)
     layout = _layout(document.get("v"))
     partitions = _object(document.get("partitions"), "partitions")
     groups = {}
@@ -168,18 +168,6 @@ def read(text: Any, facts: Any = None) -> NodeSummary:
         groups=groups,
         load_details=functools.partial(read_facts, facts, cores),
     )
-
-
-def _document(text: Any, at: str) -> dict[str, Any]:
-    if not isinstance(text, str):
-        raise StatusError(at, "is missing" if text is None else "must be a string")
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise StatusError(at, f"is not JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise StatusError(at, "must hold a JSON object")
-    return document
 
 
 def _layout(version: Any) -> tuple[str, ...]:
@@ -245,7 +233,7 @@ def read_facts(text: Any, cores: int = 0) -> tuple[Mapping[str, GroupFacts], Cpu
     """The hardware facts of each group and the CPU. Read leniently, after the figures were
     accepted: a malformed descriptor reads as its default instead of failing a pool mid-way."""
     try:
-        document = _document(text, FACTS_AT)
+        document = read_document(text, FACTS_AT)
     except StatusError:
         return {}, Cpu(cores=cores)
     cpu = _dict(document.get("cpu"))

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from functions.core.status import StatusError, read_list, read_object, read_str
+from functions.core.status import StatusError, read_document, read_list, read_object, read_str
 
 VERSION = 1
 STATE_KEY = "state"
@@ -94,14 +94,7 @@ def write(state: VmNode) -> dict[str, str]:
 def read(text: Any) -> VmNode:
     """A node's state from its `state` string. Raises StatusError naming what cannot be read.
     A newer version is read by the fields this release knows."""
-    if not isinstance(text, str):
-        raise StatusError(STATE_AT, "is missing" if text is None else "must be a string")
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise StatusError(STATE_AT, f"is not JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise StatusError(STATE_AT, "must hold a JSON object")
+    document = read_document(text, STATE_AT)
     version = document.get("v")
     if type(version) is not int or version < 1:
         raise StatusError(STATE_AT, f"v must be a version from 1 on, got {version!r}")
