@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 from importlib import metadata
+from typing import Any
 
 from functions import structs
 from functions.core import apis, labels, names, reasons
@@ -99,9 +100,8 @@ def vm_node_config_map(request: Request, settings: Settings) -> dict | None:
     if not node_labels.has(labels.KUBEVIRT_HEARTBEAT):  # KubeVirt does not run there
         return None
     kept = {key: node_labels.str(key) for key in settings.vm_nodes if node_labels.has(key)}
-    state = vmnode.of_node(
-        request.xr.name, kept, node.view("spec").to_dict(), node.view("status").to_dict()
-    )
+    read = node_reads(node)
+    state = vmnode.of_node(request.xr.name, kept, read.get("spec", {}), read.get("status", {}))
     found = {**kept, labels.RESOURCE_TYPE: vmnode.RESOURCE_TYPE}
     return {
         "apiVersion": apis.CORE,
@@ -113,6 +113,17 @@ def vm_node_config_map(request: Request, settings: Settings) -> dict | None:
         },
         "data": vmnode.write(state),
     }
+
+
+def node_reads(node: View) -> dict[str, dict[str, Any]]:
+    """What NODE_READS names of the Node, as plain data: the rest of its spec and status (its
+    images, its addresses, its node info) is never converted."""
+    found: dict[str, dict[str, Any]] = {}
+    for top, key in NODE_READS:
+        value = node.get(top, key)
+        if value is not None:
+            found.setdefault(top, {})[key] = plain(value)
+    return found
 
 
 def requirements(request: Request) -> dict[str, Requirement]:
