@@ -274,6 +274,8 @@ def before(built: Built, cluster: Cluster) -> Built:
     if built.handler == "gpuclass" or (
         "gpuclasses" in req.required_resources and "nodes" not in req.required_resources
     ):
+        if "states" in req.required_resources:  # a class reads its nodes' states now
+            del req.required_resources["states"]
         items = req.required_resources["nodes"].items
         del items[:]
         for obj in cluster.kind("Node"):

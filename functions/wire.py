@@ -1,7 +1,8 @@
 """What the frame reads of a request's bytes without parsing all of it.
 
 A pool's request is thousands of required objects, and its handler reads one string from each
-(docs/performance.md); a GPUClass's is thousands of Nodes, of which it reads a few fields.
+(docs/performance.md); so is a GPUClass's (its nodes' states), beside launcher Pods of which it
+reads a few fields.
 Parsing every object into Structs, and walking protobuf's wrappers down to what is read, cost
 more than the handlers' own work. Three readings here avoid that:
 
@@ -25,8 +26,8 @@ more than the handlers' own work. Three readings here avoid that:
   `reads`), two or three keys deep. A schema that declares each object's top-level values,
   and theirs, as maps to bytes parses a Node's two levels of keys and leaves every value
   encoded; only the values kept are parsed, into a Struct the handler reads as it would the
-  whole object. A Node's images, `managedFields` and node labeller's labels (most of its
-  28 KiB) are never parsed.
+  whole object. A launcher Pod's metadata and status conditions, or a Node's images,
+  `managedFields` and node labeller's labels (most of its 28 KiB), are never parsed.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_the_class_requires_only_nodes_that_can_run_vmis(catalogs, nodes):
     offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
     catalog = [{"metadata": {"name": "default"}, **c} for c in catalogs or ()]
     request = Request.of(offer, required={"catalog": catalog if catalogs is not None else None})
-    found = gpuclass.requirements(request).get("nodes")
+    found = gpuclass.requirements(request).get("states")
     if nodes is None:
         assert found is None
     else:  # the VM node states the devices handler keeps, labelled as their Nodes are
@@ -242,7 +242,7 @@ def test_a_class_reading_many_nodes_that_serve_no_vm_says_to_select(
         "catalog": [{"metadata": {"name": "default"}, "spec": catalog}],
         "classes": [offer, older] if in_conflict else [offer],
         "kubevirt": [kubevirt],
-        "nodes": nodes,
+        "states": nodes,
         "launchers": [],
     }
     request = Request.of(offer, required=required)
@@ -316,7 +316,7 @@ def test_a_node_whose_allocatable_cannot_be_read_is_left_out_and_named():
         vm_node(name, {resource: units})
         for name, units in (("gpu-a", "4"), ("gpu-b", "four"), ("gpu-c", "1e400"))
     ]
-    desired = gpuclass.compose(Request.of(offer, required={"nodes": nodes}))
+    desired = gpuclass.compose(Request.of(offer, required={"states": nodes}))
     assert (desired.status["free"], desired.status["maxFreePerNode"]) == (4, 4)
     assert desired.status["maxPerNode"] == 4
     assert [(r.severity.name, r.message) for r in desired.results] == [
@@ -522,7 +522,7 @@ def test_an_unreadable_state_names_its_field_and_the_class_counts_the_rest(case,
     broken = vm_node("gpu-b", WHOLE_GPU)
     broken["data"] = {} if text is None else {"state": text}
     desired = gpuclass.compose(
-        Request.of(offer, required={"nodes": [vm_node("gpu-a", WHOLE_GPU), broken]})
+        Request.of(offer, required={"states": [vm_node("gpu-a", WHOLE_GPU), broken]})
     )
     assert desired.status["free"] == 4
     (warning,) = [r.message for r in desired.results if r.reason == "UnreadableObject"]
@@ -556,7 +556,7 @@ def test_right_after_an_upgrade_a_class_without_any_state_keeps_its_counts_and_s
 
     offer = load_documents(EXAMPLES / "whole-gpu.yaml")[0]
     offer["status"] = {"free": 3.0, "maxFreePerNode": 3.0, "maxPerNode": 4.0}
-    desired = gpuclass.compose(Request.of(offer, required={"nodes": []}))
+    desired = gpuclass.compose(Request.of(offer, required={"states": []}))
     assert (desired.status["free"], desired.status["maxFreePerNode"]) == (3, 3)
     assert desired.status["maxPerNode"] == 4
     assert [(r.reason, r.message) for r in desired.results if r.reason != "UnreadableObject"] == [
@@ -570,12 +570,12 @@ def test_right_after_an_upgrade_a_class_without_any_state_keeps_its_counts_and_s
     assert "nodes" not in desired.status  # kept until this release counts
     # One state is enough to count from; once this release has counted, none found is none
     # there (a selector that matches none); a class that never counted has nothing to keep.
-    found = gpuclass.compose(Request.of(offer, required={"nodes": [vm_node("gpu-a", WHOLE_GPU)]}))
+    found = gpuclass.compose(Request.of(offer, required={"states": [vm_node("gpu-a", WHOLE_GPU)]}))
     assert (found.status["free"], found.status["nodes"]) == (4, 1) and not found.results
     offer["status"] = found.status
     for status in (found.status, None):
         offer["status"] = status
-        none = gpuclass.compose(Request.of(offer, required={"nodes": []}))
+        none = gpuclass.compose(Request.of(offer, required={"states": []}))
         assert (none.status["free"], none.status["nodes"]) == (0, 0) and not none.results
 
 

@@ -380,7 +380,7 @@ def test_a_class_answers_the_same_from_what_it_reads_of_each_state_as_from_the_w
     payload = class_request(nodes_changed(gpu_class_cluster(), change), name)
     whole = run_function(fnv1.RunFunctionRequest.FromString(payload))
     split = run_function(*wire.split(payload))
-    assert len(fnv1.RunFunctionRequest.FromString(payload).required_resources["nodes"].items) == 3
+    assert len(fnv1.RunFunctionRequest.FromString(payload).required_resources["states"].items) == 3
     assert split.SerializeToString(deterministic=True) == whole.SerializeToString(
         deterministic=True
     )

@@ -54,11 +54,9 @@ DEFAULT_FEATURE_TYPE = 1
 PLATFORM_NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitlement" setting'
 
 
+STATES = "states"  # the requirement of the VM node states
 # All a class reads of a VM node state it cannot gather (functions/wire.py).
 STATE_READS = (("metadata", "name"), ("metadata", "namespace"), ("data", vmnode.STATE_KEY))
-
-
-STATES = "nodes"  # the requirement of the VM node states
 # All `units_in_use` reads of a virt-launcher Pod: its metadata, volumes and status conditions,
 # most of it, are left unparsed (functions/wire.py).
 LAUNCHER_READS = (("spec", "nodeName"), ("spec", "containers"), ("status", "phase"))
@@ -74,8 +72,8 @@ def requirements(request: Request) -> dict[str, Requirement]:
         ),
     }
     if request.required("catalog") is None:
-        # Which Nodes, and where the license is, are the Catalog's to say: asked for once it is
-        # read, so that a large fleet's Nodes are never fetched unselected, not even once.
+        # Which nodes' states, and where the license is, are the Catalog's to say: asked for
+        # once it is read, so that a large fleet's states are never fetched unselected.
         return found
     settings = catalog_settings(request, Desired())
     found[STATES] = Requirement(
@@ -109,15 +107,15 @@ def compose(request: Request) -> Desired:
     offered = None if conflict else resource  # a class in conflict offers no unit
     nodes = read_nodes(request, offered, spec, settings, vm_resources, desired)
     unselected_nodes(nodes, desired)
-    desired.status = {
-        "resourceName": resource,
+    counts = {
         "free": sum(n.free for n in nodes.units),
         "maxFreePerNode": max((n.free for n in nodes.units), default=0),
         "maxPerNode": max((n.allocatable for n in nodes.units), default=0),
         "nodes": len(nodes.states),
     }
     if states_missing(request, nodes):
-        keep_counts(request, desired, settings)
+        counts = kept_counts(request, desired, settings)
+    desired.status = {"resourceName": resource, **counts}
     desired.composite_ready = conflict is None and permitted and license_problem is None
     return desired
 
@@ -134,12 +132,10 @@ def states_missing(request: Request, nodes: NodesRead) -> bool:
     return counted and nodes.resolved and nodes.objects == 0
 
 
-def keep_counts(request: Request, desired: Desired, settings: Settings) -> None:
-    """The counts as observed, and a Warning saying why: a class must not take every offer
-    away from new VMs while the states are being written."""
-    observed = request.xr.view("status")
-    desired.status.update({k: int(observed.get(k) or 0) for k in COUNTS})
-    del desired.status["nodes"]
+def kept_counts(request: Request, desired: Desired, settings: Settings) -> dict[str, int]:
+    """The counts as observed (no `nodes`: kept until this release counts), and a Warning
+    saying why: a class must not take every offer away from new VMs while the states are being
+    written."""
     desired.warning(
         f"no VM node states found (ConfigMaps labelled {labels.RESOURCE_TYPE}="
         f"{vmnode.RESOURCE_TYPE} in namespace {settings.system_namespace}): the counts are kept "
@@ -147,6 +143,8 @@ def keep_counts(request: Request, desired: Desired, settings: Settings) -> None:
         "Devices is reconciled",
         reasons.VM_NODE_STATES_MISSING,
     )
+    observed = request.xr.view("status")
+    return {k: int(observed.get(k) or 0) for k in COUNTS}
 
 
 def report(
