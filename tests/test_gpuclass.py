@@ -175,13 +175,15 @@ def vm_node(name: str, allocatable: dict[str, str], labels: dict[str, str] = SCH
     from functions.core.settings import Settings
     from functions.handlers import devices
     from functions.handlers.base import Request
+    from functions.handlers.desired import Desired
 
     devices_xr = {"apiVersion": "worker.gpustack.ai/v1alpha1", "kind": "Devices"}
     request = Request.of(
         {**devices_xr, "metadata": {"name": name}},
         required={"node": [node(name, allocatable, labels)]},
     )
-    found = devices.vm_node_config_map(request, Settings.from_spec({"vmNodeSelector": SANDBOX}))
+    settings = Settings.from_spec({"vmNodeSelector": SANDBOX})
+    found = devices.vm_node_config_map(request, settings, Desired())
     assert found is not None
     return found
 
@@ -606,3 +608,49 @@ def test_the_vm_node_states_example_is_what_the_devices_handler_composes():
     if os.environ.get("GPUSTACK_REGENERATE"):
         path.write_text(text)
     assert path.read_text() == text
+
+
+BROKEN_NODES = [
+    (
+        "a condition not an object",
+        ("status", "conditions"),
+        ["Ready"],
+        "status.conditions[0]: must be an object, got str",
+    ),
+    ("taints not a list", ("spec", "taints"), "k", "spec.taints: must be a list, got str"),
+    (
+        "a quantity not a quantity",
+        ("status", "allocatable"),
+        {"example.com/whole-gpu": {"n": 4}},
+        "status.allocatable['example.com/whole-gpu']: must be a quantity, got dict",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "where", "value", "problem"), BROKEN_NODES, ids=[c[0] for c in BROKEN_NODES]
+)
+def test_a_node_that_cannot_be_read_keeps_no_state_and_is_named(case, where, value, problem):
+    """A hand-made Node (the API server keeps a real one readable): the devices handler keeps
+    the rest of the node's objects, no state, and names the field."""
+    from functions.handlers import devices
+    from functions.handlers.base import Request
+    from tests.support.vm_nodes import agent_devices
+
+    broken = node("gpu-x", WHOLE_GPU)
+    broken.setdefault(where[0], {})[where[1]] = value
+    catalog = [{"metadata": {"name": "default"}, "spec": {}}]
+    desired = devices.compose(
+        Request.of(agent_devices("gpu-x"), required={"catalog": catalog, "node": [broken]})
+    )
+    assert set(desired.resources) == {"worker", "summary"}
+    assert [(r.reason, r.message) for r in desired.results] == [
+        ("UnreadableObject", f"Node gpu-x: {problem}; it is left out until it is fixed")
+    ]
+
+
+def test_a_hand_made_nodes_whole_number_reads_as_the_kubelet_writes_it():
+    from functions.core.status import vmnode
+
+    state = vmnode.of_node("n", {}, {}, {"allocatable": {"a/b": 4.0, "c/d": 0.5, "e/f": "2"}})
+    assert state.allocatable == {"a/b": "4", "c/d": "0.5", "e/f": "2"}

@@ -30,12 +30,18 @@ from functions.core.devices import DevicesSpec, SpecError, parse_devices
 from functions.core.ledger import build_ledger
 from functions.core.pools import NodeSummary, summarize_devices
 from functions.core.settings import Settings
+from functions.core.status import StatusError, vmnode
 from functions.core.status import devices as devices_status
 from functions.core.status import summary as node_summary
-from functions.core.status import vmnode
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
-from functions.handlers.inputs import CATALOG, as_desired, catalog_settings, observed_status
+from functions.handlers.inputs import (
+    CATALOG,
+    as_desired,
+    catalog_settings,
+    observed_status,
+    unreadable,
+)
 from functions.views import View, plain
 
 TTL = datetime.timedelta(minutes=5)
@@ -89,10 +95,10 @@ def summary_config_map(namespace: str, spec: DevicesSpec, summary: NodeSummary) 
     }
 
 
-def vm_node_config_map(request: Request, settings: Settings) -> dict | None:
+def vm_node_config_map(request: Request, settings: Settings, desired: Desired) -> dict | None:
     """The node's VM node state, labelled with the Node's values of the labels classes select
     VM nodes by (settings.vm_nodes); None where KubeVirt does not run on the node, or the Node
-    is not read (yet, or at all)."""
+    is not read (yet, or at all), or cannot be (then a Warning names the field)."""
     node = request.required_one("node")
     if node is None:
         return None
@@ -101,7 +107,11 @@ def vm_node_config_map(request: Request, settings: Settings) -> dict | None:
         return None
     kept = {key: node_labels.str(key) for key in settings.vm_nodes if node_labels.has(key)}
     read = node_reads(node)
-    state = vmnode.of_node(request.xr.name, kept, read.get("spec", {}), read.get("status", {}))
+    try:
+        state = vmnode.of_node(request.xr.name, kept, read.get("spec", {}), read.get("status", {}))
+    except StatusError as error:
+        unreadable(desired, "Node", request.xr.name, error.field, error.problem)
+        return None
     found = {**kept, labels.RESOURCE_TYPE: vmnode.RESOURCE_TYPE}
     return {
         "apiVersion": apis.CORE,
@@ -155,7 +165,7 @@ def inputs_digest(request: Request, settings: Settings, vm_node: dict | None) ->
 def compose(request: Request) -> Desired:
     desired = Desired()
     settings = catalog_settings(request, desired)
-    vm_node = vm_node_config_map(request, settings)
+    vm_node = vm_node_config_map(request, settings, desired)
     if unchanged(request, settings, vm_node):
         return keep_observed(request, desired)
     digest = inputs_digest(request, settings, vm_node)

@@ -58,23 +58,38 @@ def of_node(
     name: str, labels: Mapping[str, str], spec: Mapping[str, Any], status: Mapping[str, Any]
 ) -> VmNode:
     """The state of the Node `name` from the labels kept, its spec and its status, as plain
-    data."""
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
-    taints = tuple(
-        {"key": t.get("key") or "", "value": t.get("value") or "", "effect": t["effect"]}
-        for t in spec.get("taints") or ()
-        if t.get("effect") in BLOCKING_EFFECTS
-    )
-    allocatable = {
-        resource: str(amount)
-        for resource, amount in sorted((status.get("allocatable") or {}).items())
+    data. Raises StatusError naming a field of the Node that cannot be read (a hand-made Node:
+    the API server's schema keeps a real one readable)."""
+    ready = False
+    for index, condition in enumerate(read_list(status.get("conditions"), "status.conditions")):
+        condition = read_object(condition, f"status.conditions[{index}]")
+        ready = ready or (condition.get("type") == "Ready" and condition.get("status") == "True")
+    taints = []
+    for index, taint in enumerate(read_list(spec.get("taints"), "spec.taints")):
+        at = f"spec.taints[{index}]"
+        taint = read_object(taint, at)
+        if taint.get("effect") in BLOCKING_EFFECTS:
+            key, value = (read_str(taint.get(part), f"{at}.{part}") for part in ("key", "value"))
+            taints.append({"key": key, "value": value, "effect": taint["effect"]})
+    allocatable = read_object(status.get("allocatable"), "status.allocatable")
+    extended = {
+        resource: _quantity(amount, f"status.allocatable[{resource!r}]")
+        for resource, amount in sorted(allocatable.items())
         if "/" in resource
     }
     unschedulable = spec.get("unschedulable") is True
-    return VmNode(name, ready, unschedulable, taints, allocatable, dict(sorted(labels.items())))
+    return VmNode(name, ready, unschedulable, tuple(taints), extended, dict(sorted(labels.items())))
+
+
+def _quantity(amount: Any, at: str) -> str:
+    """A quantity as the kubelet writes it (a string); a number, as a hand-made Node may hold
+    one, written as a whole number where it is one. Whether it is a quantity is the reader's to
+    say: the class names the node whose quantity it cannot count."""
+    if isinstance(amount, bool) or not isinstance(amount, str | int | float):
+        raise StatusError(at, f"must be a quantity, got {type(amount).__name__}")
+    if isinstance(amount, float) and amount.is_integer():
+        return str(int(amount))
+    return str(amount)
 
 
 def write(state: VmNode) -> dict[str, str]:
