@@ -30,7 +30,9 @@ RunFunctionResponse, keeping the protocol's promises (DESIGN §5) in one place:
 from __future__ import annotations
 
 import datetime
+import hashlib
 import operator
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +96,8 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
     from the encoded Resources `wire.split` held back, parsed when their objects are first read
     (a pool that reads one string of each never parses them: `strings`), and then only what
     the requirement says the handler `reads` of each. Each name's list is made once (a pool's
-    holds thousands of objects)."""
+    holds thousands of objects). Through a handler's reader of each object (`read_each`), an
+    object whose bytes were read before is not parsed again."""
 
     def __init__(self, req: fnv1.RunFunctionRequest, held: Mapping[str, wire.Encoded]):
         self.req, self.held = req, held
@@ -120,6 +123,19 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
             self.gathered[name] = _parsed(name, wire.strings_in, self.held[name])
         return self.gathered[name]
 
+    def read_each(self, name: str, read: Callable[[View], Any]) -> list[Any] | None:
+        """What `read` reads of each object `name` holds back, in the order they came (READS
+        remembers it by each object's bytes); None where it holds none back."""
+        if name not in self.held:
+            return None
+        paths = self.reads.get(name)  # only what the handler reads of each is parsed
+
+        def parse(encoded: bytes) -> View:
+            return view_of(_parsed(name, lambda b: wire.object_of(b, paths), encoded))
+
+        items = _parsed(name, wire.objects_in, self.held[name])
+        return [READS.read(read, paths, item, parse) for item in items]
+
     def __getitem__(self, name: str) -> Sequence[struct_pb2.Struct]:
         if name not in self.lists and name in self.held and name in self.reads:
             paths = self.reads[name]  # only what the handler reads of each is parsed
@@ -143,6 +159,39 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
 
     def __len__(self) -> int:
         return len(set(self))
+
+
+class ReadOnce:
+    """What a handler's reader read of a required object, by the object's bytes: a class
+    requires every launcher Pod at every reconcile, and most have not changed since the last.
+    Keyed by the reader, the paths parsed and the SHA-256 of the bytes (the bytes themselves
+    would hold every object in memory); bounded, the least recently read forgotten first."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.found: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+
+    def read(
+        self,
+        read: Callable[[View], Any],
+        paths: tuple[tuple[str, ...], ...] | None,
+        encoded: bytes,
+        parse: Callable[[bytes], View],
+    ) -> Any:
+        key = (read, paths, hashlib.sha256(encoded).digest())
+        if key in self.found:
+            self.found.move_to_end(key)
+            return self.found[key]
+        value = self.found[key] = read(parse(encoded))
+        if len(self.found) > self.size:
+            self.found.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self.found.clear()
+
+
+READS = ReadOnce(1 << 16)  # each process's own: about 500 bytes an object, 32 MiB at most
 
 
 def _parsed(name: str, parse: Callable[[Any], Any], encoded: wire.Encoded) -> Any:
@@ -186,7 +235,7 @@ def _request_of(req: fnv1.RunFunctionRequest, required: _Required) -> Request:
     observed = {name: r.resource for name, r in req.observed.resources.items()}
     kept = Protocol.of(req).filters_namespaces
     composite = req.observed.composite.resource
-    return Request(composite, observed, required, None, req.input, kept, required.strings)
+    return Request(composite, observed, required, None, req.input, kept, required)
 
 
 def run(

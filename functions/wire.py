@@ -4,7 +4,7 @@ A pool's request is thousands of required objects, and its handler reads one str
 (docs/performance.md); so is a GPUClass's (its nodes' states), beside launcher Pods of which it
 reads a few fields.
 Parsing every object into Structs, and walking protobuf's wrappers down to what is read, cost
-more than the handlers' own work. Three readings here avoid that:
+more than the handlers' own work. The readings here avoid that:
 
 - `split`: the request parsed without its required resources, which are held back as they
   came (slices of the request's bytes: a 36 MiB copy costs more than parsing all the rest);
@@ -28,6 +28,9 @@ more than the handlers' own work. Three readings here avoid that:
   encoded; only the values kept are parsed, into a Struct the handler reads as it would the
   whole object. A launcher Pod's metadata and status conditions, or a Node's images,
   `managedFields` and node labeller's labels (most of its 28 KiB), are never parsed.
+- `objects_in` and `object_of`: each object's bytes as they came, and one object parsed from
+  them (whole, or projected). The frame reads an object through a handler's reader only when
+  it has not read the same bytes before (`frame.ReadOnce`): a class's launcher Pods.
 """
 
 from __future__ import annotations
@@ -124,6 +127,7 @@ def _class(name: str) -> Any:  # a message class: its fields are known only at r
 
 
 _ITEMS, _COUNT, _OBJECTS = _class("Items"), _class("Count"), _class("Objects")
+_OBJECT = _class("Object")
 _ENCODED_OBJECT = _class("EncodedObject")
 
 Encoded = bytes | memoryview  # a message's bytes, or a slice of a larger message's
@@ -208,15 +212,29 @@ def projected(resources: Encoded, paths: Sequence[Path]) -> list[struct_pb2.Stru
     the first two — with nothing else parsed. Reading any of `paths` gives what it gives in the
     whole object; what is not there reads as missing (a Value may be left without a kind)."""
     plan = _plan(paths)
-    found = []
-    for item in _OBJECTS.FromString(resources).items:
-        values, obj = item.object.fields, struct_pb2.Struct()
-        for top, wanted in plan:
-            encoded = values.get(top)
-            if encoded is not None and any(key in encoded.struct_value.fields for key in wanted):
-                _keep(encoded.struct_value.fields, wanted, obj.fields[top].struct_value)
-        found.append(obj)
-    return found
+    return [_project(item, plan) for item in _OBJECTS.FromString(resources).items]
+
+
+def objects_in(resources: Encoded) -> list[bytes]:
+    """Each object of encoded Resources as it came (an encoded Resource), none of it parsed."""
+    return list(_COUNT.FromString(resources).items)
+
+
+def object_of(encoded: bytes, paths: Sequence[Path] | None) -> struct_pb2.Struct:
+    """The object of one encoded Resource: whole, or holding only what is at `paths` (as
+    `projected` keeps it)."""
+    if paths is None:
+        return fnv1.Resource.FromString(encoded).resource
+    return _project(_OBJECT.FromString(encoded), _plan(paths))
+
+
+def _project(item: Any, plan: list[tuple[str, dict[str, set[str] | None]]]) -> struct_pb2.Struct:
+    values, obj = item.object.fields, struct_pb2.Struct()
+    for top, wanted in plan:
+        encoded = values.get(top)
+        if encoded is not None and any(key in encoded.struct_value.fields for key in wanted):
+            _keep(encoded.struct_value.fields, wanted, obj.fields[top].struct_value)
+    return obj
 
 
 def _keep(encoded: Any, wanted: Mapping[str, set[str] | None], into: struct_pb2.Struct) -> None:

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from functions import pipeline, wire
+from functions import frame, pipeline, wire
 from functions.core.status import summary as node_summary
 from functions.handlers import inputs
 from functions.server import run_function
@@ -387,16 +387,23 @@ def test_a_class_answers_the_same_from_what_it_reads_of_each_state_as_from_the_w
 
 
 def projected_in(monkeypatch: pytest.MonkeyPatch, payload: bytes) -> list[Any]:
-    """The objects a worker parsed only part of, handling `payload`."""
+    """The objects a worker parsed only part of, handling `payload` (with nothing read before)."""
     seen: list[Any] = []
-    real = wire.projected
+    many, one = wire.projected, wire.object_of
 
-    def spy(*given: Any) -> list[Any]:
-        found = real(*given)
+    def spy_many(*given: Any) -> list[Any]:
+        found = many(*given)
         seen.extend(found)
         return found
 
-    monkeypatch.setattr(wire, "projected", spy)
+    def spy_one(*given: Any) -> Any:
+        found = one(*given)
+        seen.append(found)
+        return found
+
+    monkeypatch.setattr(wire, "projected", spy_many)
+    monkeypatch.setattr(wire, "object_of", spy_one)
+    monkeypatch.setattr(frame, "READS", frame.ReadOnce(16))
     run_function(*wire.split(payload))
     return [view_of(obj).to_dict() for obj in seen]
 
@@ -433,6 +440,44 @@ def test_a_class_reads_the_states_from_their_strings_and_of_each_launcher_what_i
             "status": {"phase": "Running"},
         }
     ]
+
+
+def class_status(payload: bytes) -> dict[str, Any]:
+    return plain(run_function(*wire.split(payload)).desired.composite.resource)["status"]
+
+
+def test_a_launcher_is_read_again_only_once_its_bytes_change(monkeypatch):
+    """A class is reconciled every 30 s and its launchers rarely change between: each is read
+    once while its bytes stay the same, and anew (its units freed) once its VM has stopped."""
+    monkeypatch.setattr(frame, "READS", frame.ReadOnce(16))
+    objects = gpu_class_cluster()
+    payload = class_request(objects, "example-whole-gpu")
+    assert class_status(payload)["free"] == 3  # gpu-a: 4 units, 1 held by the running launcher
+    parsed: list[Any] = []
+    one = wire.object_of
+    monkeypatch.setattr(wire, "object_of", lambda *given: parsed.append(given) or one(*given))
+    assert class_status(payload)["free"] == 3
+    assert parsed == []  # read from what was read of it before
+    (launcher,) = of_kind(objects, "Pod")
+    launcher["status"]["phase"] = "Succeeded"
+    assert class_status(class_request(objects, "example-whole-gpu"))["free"] == 4
+    assert len(parsed) == 1
+
+
+def test_what_was_read_of_an_object_is_forgotten_least_recently_read_first():
+    reads = frame.ReadOnce(2)
+    parsed: list[bytes] = []
+
+    def parse(encoded: bytes) -> Any:
+        parsed.append(encoded)
+        return view_of({"spec": {"nodeName": encoded.decode()}})
+
+    def node(pod: Any) -> str:
+        return pod.str("spec", "nodeName")
+
+    for encoded in (b"a", b"b", b"a", b"c", b"a", b"b"):
+        assert reads.read(node, None, encoded, parse) == encoded.decode()
+    assert parsed == [b"a", b"b", b"c", b"b"]  # "b" was the least recently read when "c" came
 
 
 def test_where_the_strings_cannot_tell_a_class_parses_of_each_state_only_what_it_reads(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from functions.core import labels
 from functions.handlers.desired import Desired
@@ -55,6 +55,18 @@ class RequiredStrings:
     strings: list[str]
 
 
+T = TypeVar("T")
+
+
+class HeldBack(Protocol):
+    """What the frame reads of required objects it holds back as they came (functions/wire.py):
+    each answers None for a name it does not hold back."""
+
+    def strings(self, name: str) -> RequiredStrings | None: ...
+
+    def read_each(self, name: str, read: Callable[[View], T]) -> list[T] | None: ...
+
+
 class Request:
     """Read access to one function call: the composite, observed and required objects.
 
@@ -71,7 +83,7 @@ class Request:
         requirements: Mapping[str, Requirement] | None = None,
         step_input: Any = None,
         namespaces_kept: bool = False,
-        strings: Callable[[str], RequiredStrings | None] | None = None,
+        held: HeldBack | None = None,
     ):
         self.xr: View = view_of(composite)
         self.input: View = view_of(step_input)
@@ -81,7 +93,7 @@ class Request:
         # The caller fetched each namespaced requirement from its namespace only (Crossplane
         # 2.2+): `required_objects` need not be filtered again.
         self.namespaces_kept = namespaces_kept
-        self._strings = strings
+        self._held = held
         self._views: dict[str, list[View]] = {}  # required(name), built once per request
 
     @classmethod
@@ -102,7 +114,7 @@ class Request:
             requirements,
             self.input,
             self.namespaces_kept,
-            self._strings,
+            self._held,
         )
 
     @property
@@ -150,9 +162,21 @@ class Request:
         bytes without reading the objects (functions/wire.py); None where they are not
         resolved, or came already parsed (or as dicts). Which object a string came from is not
         told: `required_objects` tells that."""
-        if self._strings is None or name not in self._required:
+        if self._held is None or name not in self._required:
             return None
-        return self._strings(name)
+        return self._held.strings(name)
+
+    def required_read(self, name: str, read: Callable[[View], T]) -> list[T] | None:
+        """What `read` reads of each required object, in the order they came and not kept to
+        the requirement's namespace (as `required_objects`). Where the frame held them back,
+        an object it has seen before, byte for byte, is not read again: `read` must be a pure
+        function of the object, and what it returns must not be changed."""
+        if self._held is not None and name in self._required:
+            found = self._held.read_each(name, read)
+            if found is not None:
+                return found
+        objects = self.required_objects(name)
+        return None if objects is None else [read(view_of(obj)) for obj in objects]
 
     def required_one(self, name: str) -> View | None:
         items = self.required(name)

@@ -57,7 +57,7 @@ PLATFORM_NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitl
 STATES = "states"  # the requirement of the VM node states
 # All a class reads of a VM node state it cannot gather (functions/wire.py).
 STATE_READS = (("metadata", "name"), ("metadata", "namespace"), ("data", vmnode.STATE_KEY))
-# All `units_in_use` reads of a virt-launcher Pod: its metadata, volumes and status conditions,
+# All `read_launcher` reads of a virt-launcher Pod: its metadata, volumes and status conditions,
 # most of it, are left unparsed (functions/wire.py).
 LAUNCHER_READS = (("spec", "nodeName"), ("spec", "containers"), ("status", "phase"))
 
@@ -308,6 +308,11 @@ STATE_MEMO_SIZE = 1 << 16
 _read_text = functools.lru_cache(maxsize=STATE_MEMO_SIZE)(vmnode.read)
 
 
+def forget_states() -> None:
+    """Empty the memo (a worker's first sight of its nodes' states)."""
+    _read_text.cache_clear()
+
+
 def read_state(text: Any) -> VmNode:
     """A state from its text, read once while it is among the last STATE_MEMO_SIZE read."""
     return _read_text(text) if isinstance(text, str) else vmnode.read(text)
@@ -357,27 +362,39 @@ def _all_read(texts: list[str]) -> list[VmNode] | None:
         return None  # read object by object, which names it
 
 
-def units_in_use(request: Request, resource: str) -> dict[str, int]:
-    """Units of `resource` the virt-launcher Pods still running hold, by node."""
-    used: dict[str, int] = {}
-    for pod in map(view_of, request.required_objects("launchers") or ()):
-        node = pod.str("spec", "nodeName")
-        if node and pod.str("status", "phase") not in ("Succeeded", "Failed"):
-            used[node] = used.get(node, 0) + units_requested(pod, resource)
-    return used
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    """What a class reads of a virt-launcher Pod: its node ("" until scheduled), whether it
+    still runs (not Succeeded or Failed), and the units of each extended resource (a device
+    plugin's: a name with a '/') its containers ask for (limits, else requests; a value that
+    is not a quantity asks for none)."""
+
+    node: str
+    running: bool
+    units: Mapping[str, int]
 
 
-def units_requested(pod: View, resource: str) -> int:
-    """Units of `resource` a Pod's containers ask for (limits, else requests); a value that
-    is not a quantity asks for none."""
-    total = 0
+def read_launcher(pod: View) -> Launcher:
+    units: dict[str, int] = {}
     for container in pod.list("spec", "containers").views():
-        value = container.get("resources", "limits", resource) or container.get(
-            "resources", "requests", resource
-        )
-        if value is not None:
-            total += quantity.count(value)
-    return total
+        limits = container.view("resources", "limits")
+        asked = container.view("resources", "requests")
+        for resource in {*limits.keys(), *asked.keys()}:
+            value = limits.get(resource) or asked.get(resource)
+            if "/" in resource and value is not None:
+                units[resource] = units.get(resource, 0) + quantity.count(value)
+    running = pod.str("status", "phase") not in ("Succeeded", "Failed")
+    return Launcher(pod.str("spec", "nodeName"), running, units)
+
+
+def units_in_use(request: Request, resource: str) -> dict[str, int]:
+    """Units of `resource` the virt-launcher Pods still running hold, by node. Each Pod is read
+    once while its bytes are unchanged (Request.required_read)."""
+    used: dict[str, int] = {}
+    for pod in request.required_read("launchers", read_launcher) or ():
+        if pod.node and pod.running and resource in pod.units:
+            used[pod.node] = used.get(pod.node, 0) + pod.units[resource]
+    return used
 
 
 def eligible(
