@@ -29,6 +29,8 @@ from typing import Any
 
 from bench import cluster, e2e, measure, requests
 from bench.noop import LIMIT
+from functions import frame
+from functions.handlers import gpuclass
 from functions.handlers.inputs import MEMO
 from functions.memory import IDLE_SECONDS
 
@@ -40,6 +42,7 @@ IN_PROCESS_PAIRS = {1000: 21, 5000: 11, 20000: 5}
 GRPC_PAIRS = {1000: 15, 5000: 7, 20000: 3}
 LATENCY_CALLS = 200
 POOLS = ("catalog", "instancetype")  # the handlers that read node summaries
+MEMOS = (*POOLS, "gpuclass")  # the handlers that remember what they read of each node
 CHURN = 0.05  # the share of a pool's nodes whose summary changed since its last reconcile
 
 
@@ -84,23 +87,32 @@ def bytes_table(size: int, built: dict, old: dict) -> dict[str, Any]:
     return found
 
 
+def forget() -> None:
+    """Empty what a worker remembers of the objects it read: node summaries, VM node states
+    (by their text) and launcher Pods (by their bytes)."""
+    MEMO.clear()
+    gpuclass.forget_states()
+    frame.READS.clear()
+
+
 def in_process(size: int, built: dict) -> dict[str, Any]:
-    """Each request's floor and full path. A pool is measured three ways, since a worker keeps
-    the summaries it parsed by their text: the same request again (nothing changed), a request
-    whose nodes changed by CHURN since the last one (a busy pool: the target applies here),
-    and with the memo emptied before every run (a worker's first sight of the pool)."""
+    """Each request's floor and full path. A pool or a class is measured three ways, since a
+    worker keeps what it read of each object by its text or bytes: the same request again
+    (nothing changed), a request whose nodes changed by CHURN since the last one (a busy pool:
+    the target applies here), and with the memo emptied before every run (a worker's first
+    sight of the pool)."""
     print("\n  in process: protobuf parse (floor) vs parse + handle + serialise, interleaved")
     found = {}
     count = IN_PROCESS_PAIRS.get(size, 7)
     for name, b in built.items():
         runs = {name: measure.floor_and_full(b.payload, count)}
-        if name in POOLS:
+        if b.handler in MEMOS:
             churned = requests.churned(b, CHURN, count + 1)
             runs[f"{name}, {CHURN:.0%} changed"] = measure.floor_and_full_each(churned)
-            runs[f"{name}, memo emptied"] = measure.floor_and_full(b.payload, count, MEMO.clear)
+            runs[f"{name}, memo emptied"] = measure.floor_and_full(b.payload, count, forget)
         for label, pairs in runs.items():
             at_size = size == TARGET_SIZE or name.startswith("devices")  # a node's own
-            applies = at_size and (name not in POOLS or "changed" in label)
+            applies = at_size and (b.handler not in MEMOS or "changed" in label)
             target = verdict(pairs.ratio, FLOOR_TARGET, applies)
             print(
                 f"    {label:30} floor {pairs.baseline_ms:9.2f} ms  full {pairs.measured_ms:9.2f} ms"

@@ -310,16 +310,36 @@ def old_selector(composite: StructView) -> dict[str, str]:
 
 def churned(built: Built, fraction: float, count: int) -> list[bytes]:
     """`count` versions of a pool's request, each with another `fraction` of its nodes'
-    summaries changed since the one before — what a busy pool sees from one reconcile to the
-    next (a changed summary is one its reader has not parsed before)."""
+    changed since the one before — what a busy pool sees from one reconcile to the next: a
+    changed summary, VM node state or launcher Pod is one its reader has not read before."""
     req = fnv1.RunFunctionRequest.FromString(built.payload)
-    items = req.required_resources["summaries"].items
+    changes = CLASS_CHANGES if built.handler == "gpuclass" else POOL_CHANGES
     step = max(1, round(1 / fraction))
     found = []
     for version in range(count):
-        for index in range(version % step, len(items), step):
-            data = items[index].resource["data"]
-            text = data["summary"]
-            data["summary"] = text[: text.rindex("}")] + f',"churn":{version}}}'
+        for name, change in changes.items():
+            items = req.required_resources[name].items
+            for index in range(version % step, len(items), step):
+                change(items[index].resource, version)
         found.append(req.SerializeToString())
     return found
+
+
+def _summary_changed(summary: Any, version: int) -> None:
+    text = summary["data"]["summary"]
+    summary["data"]["summary"] = text[: text.rindex("}")] + f',"churn":{version}}}'
+
+
+def _state_changed(state: Any, version: int) -> None:
+    """The same state in another text (as a changed node's would be: read anew)."""
+    head, tail = state["data"]["state"].split('"ready":', 1)
+    state["data"]["state"] = f'{head.rstrip(" ")}{" " * (version + 1)}"ready":{tail}'
+
+
+def _pod_changed(pod: Any, version: int) -> None:
+    """A status update of the kubelet's: the Pod's bytes change, what a class reads does not."""
+    pod["metadata"]["resourceVersion"] = f"{pod['metadata']['resourceVersion']}{version}"
+
+
+POOL_CHANGES = {"summaries": _summary_changed}
+CLASS_CHANGES = {"states": _state_changed, "launchers": _pod_changed}
