@@ -337,8 +337,9 @@ def _state_changed(state: Any, version: int) -> None:
 
 
 def _pod_changed(pod: Any, version: int) -> None:
-    """A status update of the kubelet's: the Pod's bytes change, what a class reads does not."""
-    pod["metadata"]["resourceVersion"] = f"{pod['metadata']['resourceVersion']}{version}"
+    """A launcher that changed what a class reads of it: its phase, as its VM starts (a Pod
+    scheduled and starting holds its units as a running one does)."""
+    pod["status"]["phase"] = "Pending" if version % 2 == 0 else "Running"
 
 
 POOL_CHANGES = {"summaries": _summary_changed}

@@ -30,6 +30,7 @@ RunFunctionResponse, keeping the protocol's promises (DESIGN §5) in one place:
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import operator
 from collections import OrderedDict
@@ -125,16 +126,12 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
 
     def read_each(self, name: str, read: Callable[[View], Any]) -> list[Any] | None:
         """What `read` reads of each object `name` holds back, in the order they came (READS
-        remembers it by each object's bytes); None where it holds none back."""
+        remembers it by what was parsed of the object); None where it holds none back."""
         if name not in self.held:
             return None
-        paths = self.reads.get(name)  # only what the handler reads of each is parsed
-
-        def parse(encoded: bytes) -> View:
-            return view_of(_parsed(name, lambda b: wire.object_of(b, paths), encoded))
-
+        parse = functools.partial(wire.object_of, paths=self.reads.get(name))
         items = _parsed(name, wire.objects_in, self.held[name])
-        return [READS.read(read, paths, item, parse) for item in items]
+        return [READS.read(read, _parsed(name, parse, item)) for item in items]
 
     def __getitem__(self, name: str) -> Sequence[struct_pb2.Struct]:
         if name not in self.lists and name in self.held and name in self.reads:
@@ -162,27 +159,24 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
 
 
 class ReadOnce:
-    """What a handler's reader read of a required object, by the object's bytes: a class
-    requires every launcher Pod at every reconcile, and most have not changed since the last.
-    Keyed by the reader, the paths parsed and the SHA-256 of the bytes (the bytes themselves
-    would hold every object in memory); bounded, the least recently read forgotten first."""
+    """What a handler's reader read of a required object, by what was parsed of the object: a
+    class requires every launcher Pod at every reconcile, and most have not changed since the
+    last. The key is the reader and the SHA-256 of the object (only what the handler reads of
+    it, where its requirement says) serialised deterministically. The bytes it came in would
+    not do: Crossplane's Go protobuf writes a map's entries in Go's random map order, so the
+    same object comes as other bytes on each call. Bounded: the least recently read is
+    forgotten first."""
 
     def __init__(self, size: int):
         self.size = size
-        self.found: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self.found: OrderedDict[tuple[Any, bytes], Any] = OrderedDict()
 
-    def read(
-        self,
-        read: Callable[[View], Any],
-        paths: tuple[tuple[str, ...], ...] | None,
-        encoded: bytes,
-        parse: Callable[[bytes], View],
-    ) -> Any:
-        key = (read, paths, hashlib.sha256(encoded).digest())
+    def read(self, read: Callable[[View], Any], obj: struct_pb2.Struct) -> Any:
+        key = (read, hashlib.sha256(obj.SerializeToString(deterministic=True)).digest())
         if key in self.found:
             self.found.move_to_end(key)
             return self.found[key]
-        value = self.found[key] = read(parse(encoded))
+        value = self.found[key] = read(view_of(obj))
         if len(self.found) > self.size:
             self.found.popitem(last=False)
         return value

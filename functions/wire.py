@@ -30,11 +30,12 @@ more than the handlers' own work. The readings here avoid that:
   `managedFields` and node labeller's labels (most of its 28 KiB), are never parsed.
 - `objects_in` and `object_of`: each object's bytes as they came, and one object parsed from
   them (whole, or projected). The frame reads an object through a handler's reader only when
-  it has not read the same bytes before (`frame.ReadOnce`): a class's launcher Pods.
+  it has not read the same before (`frame.ReadOnce`): a class's launcher Pods.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -211,7 +212,7 @@ def projected(resources: Encoded, paths: Sequence[Path]) -> list[struct_pb2.Stru
     keys deep, whose value is taken whole, or three, whose value is taken from the object at
     the first two — with nothing else parsed. Reading any of `paths` gives what it gives in the
     whole object; what is not there reads as missing (a Value may be left without a kind)."""
-    plan = _plan(paths)
+    plan = _plan(tuple(paths))
     return [_project(item, plan) for item in _OBJECTS.FromString(resources).items]
 
 
@@ -220,12 +221,12 @@ def objects_in(resources: Encoded) -> list[bytes]:
     return list(_COUNT.FromString(resources).items)
 
 
-def object_of(encoded: bytes, paths: Sequence[Path] | None) -> struct_pb2.Struct:
+def object_of(encoded: bytes, paths: tuple[Path, ...] | None) -> struct_pb2.Struct:
     """The object of one encoded Resource: whole, or holding only what is at `paths` (as
     `projected` keeps it)."""
     if paths is None:
         return fnv1.Resource.FromString(encoded).resource
-    return _project(_OBJECT.FromString(encoded), _plan(paths))
+    return _project(_OBJECT.FromString(encoded), _plan(tuple(paths)))
 
 
 def _project(item: Any, plan: list[tuple[str, dict[str, set[str] | None]]]) -> struct_pb2.Struct:
@@ -252,7 +253,8 @@ def _keep(encoded: Any, wanted: Mapping[str, set[str] | None], into: struct_pb2.
             _keep(within, dict.fromkeys(inner), into.fields[key].struct_value)
 
 
-def _plan(paths: Sequence[Path]) -> list[tuple[str, dict[str, set[str] | None]]]:
+@functools.lru_cache(maxsize=64)  # a handful of requirements' paths, planned once each
+def _plan(paths: tuple[Path, ...]) -> list[tuple[str, dict[str, set[str] | None]]]:
     """`paths` by their first key, then their second: None where the value is kept whole."""
     plan: dict[str, dict[str, set[str] | None]] = {}
     for path in paths:
