@@ -104,6 +104,19 @@ class FunctionMetrics:
             self.refusals.labels(handler, refused).inc()
 
 
+def summary_of(rsp: fnv1.RunFunctionResponse) -> fnv1.RunFunctionResponse:
+    """All of a response that `observe` reads: its results, its conditions and its composite's
+    desired phase — a worker hands this to the server, never the whole response again."""
+    found = fnv1.RunFunctionResponse(results=rsp.results, conditions=rsp.conditions)
+    status = rsp.desired.composite.resource.fields.get("status")
+    if status is not None and "phase" in status.struct_value.fields:
+        phase = status.struct_value.fields["phase"]
+        found.desired.composite.resource.fields["status"].struct_value.fields["phase"].CopyFrom(
+            phase
+        )
+    return found
+
+
 def fatal_reasons(rsp: fnv1.RunFunctionResponse) -> list[str]:
     return [
         r.reason or DEFAULT_RESULT_REASON for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL

@@ -140,15 +140,15 @@ WORKER_MEMORY = memory.IdleTrim()  # each worker's own: its thread starts after 
 
 def serve_bytes(payload: bytes) -> tuple[bytes, bytes, str]:
     """One call in a worker: the response's bytes, the part of it metrics read (its results,
-    conditions and composite, so the server never parses a large message), and the handler."""
+    conditions and composite's phase, so the server never parses a large message), and the
+    handler."""
     if len(payload) > INLINE_MAX_BYTES:  # its objects parsed only where, and as far as, read
         req, held = wire.split(payload)
     else:
         req, held = fnv1.RunFunctionRequest.FromString(payload), {}
     rsp = run_function(req, held)
-    told = fnv1.RunFunctionResponse(results=rsp.results, conditions=rsp.conditions)
-    told.desired.composite.CopyFrom(rsp.desired.composite)
-    return rsp.SerializeToString(deterministic=True), told.SerializeToString(), handler_name(req)
+    told = metrics.summary_of(rsp).SerializeToString()
+    return rsp.SerializeToString(deterministic=True), told, handler_name(req)
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from functions import metrics
 from functions.agent.agent import MAX_BACKOFF_SECONDS, STALL_GRACE_SECONDS, Agent
 from functions.agent.nvml import FakeNvml
+from functions.views import plain
 from tests.support.grpc_server import free_port, function_server, wait_ready
 from tests.support.schemas import ROOT
 
@@ -131,11 +132,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("told", ["whole", "summary"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_fatal_results_and_refusals_are_counted_by_reason(case):
+def test_fatal_results_and_refusals_are_counted_by_reason(case, told):
+    """Counted alike from the response and from the summary of it a worker hands the server."""
     registry = CollectorRegistry()
     counted = metrics.FunctionMetrics(registry)
-    counted.observe("instance", 1234, 0.002, case.rsp)
+    rsp = case.rsp if told == "whole" else metrics.summary_of(case.rsp)
+    counted.observe("instance", 1234, 0.002, rsp)
 
     def by_reason(name: str) -> dict[str, float]:
         return {
@@ -148,6 +152,20 @@ def test_fatal_results_and_refusals_are_counted_by_reason(case):
     assert registry.get_sample_value("gpustack_function_requests_total", {"handler": "instance"})
     assert by_reason("gpustack_function_fatal_results_total") == case.fatal
     assert by_reason("gpustack_function_refusals_total") == case.refusals
+
+
+def test_a_worker_hands_the_server_only_what_metrics_read_of_a_response():
+    rsp = response(results=[(fnv1.SEVERITY_FATAL, "X")], phase="Refused", conditions=["Y"])
+    rsp.desired.composite.resource.update({"status": {"phase": "Refused", "ledger": ["big"]}})
+    rsp.desired.resources["pod"].resource.update({"kind": "Pod", "spec": {"containers": []}})
+    summary = metrics.summary_of(rsp)
+    assert plain(summary.desired.composite.resource) == {"status": {"phase": "Refused"}}
+    assert (list(summary.results), list(summary.conditions)) == (
+        list(rsp.results),
+        list(rsp.conditions),
+    )
+    assert not summary.desired.resources
+    assert metrics.summary_of(response()) == fnv1.RunFunctionResponse()
 
 
 # --- the node agent -----------------------------------------------------------------------------
