@@ -98,7 +98,7 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
     (a pool that reads one string of each never parses them: `strings`), and then only what
     the requirement says the handler `reads` of each. Each name's list is made once (a pool's
     holds thousands of objects). Through a handler's reader of each object (`read_each`), an
-    object whose bytes were read before is not parsed again."""
+    object read before is not read again (`ReadOnce`)."""
 
     def __init__(self, req: fnv1.RunFunctionRequest, held: Mapping[str, wire.Encoded]):
         self.req, self.held = req, held

@@ -169,8 +169,9 @@ class Request:
     def required_read(self, name: str, read: Callable[[View], T]) -> list[T] | None:
         """What `read` reads of each required object, in the order they came and not kept to
         the requirement's namespace (as `required_objects`). Where the frame held them back,
-        an object it has seen before, byte for byte, is not read again: `read` must be a pure
-        function of the object, and what it returns must not be changed."""
+        an object whose like it has read before (what the requirement reads of it, however its
+        maps were ordered on the wire) is not read again: `read` must be a pure function of
+        the object, and what it returns must not be changed."""
         if self._held is not None and name in self._required:
             found = self._held.read_each(name, read)
             if found is not None:

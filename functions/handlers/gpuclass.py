@@ -389,7 +389,7 @@ def read_launcher(pod: View) -> Launcher:
 
 def units_in_use(request: Request, resource: str) -> dict[str, int]:
     """Units of `resource` the virt-launcher Pods still running hold, by node. Each Pod is read
-    once while its bytes are unchanged (Request.required_read)."""
+    once while what is read of it is unchanged (Request.required_read)."""
     used: dict[str, int] = {}
     for pod in request.required_read("launchers", read_launcher) or ():
         if pod.node and pod.running and resource in pod.units:
