@@ -33,6 +33,7 @@ from functions import frame
 from functions.handlers import gpuclass
 from functions.handlers.inputs import MEMO
 from functions.memory import IDLE_SECONDS
+from functions.server import INLINE_MAX_BYTES
 
 MIB = 2**20
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_NODES", "1000,5000,20000").split(","))
@@ -100,7 +101,8 @@ def in_process(size: int, built: dict) -> dict[str, Any]:
     worker keeps what it read of each object by its text or bytes: the same request again
     (nothing changed), a request whose nodes changed by CHURN since the last one (a busy pool:
     the target applies here), and with the memo emptied before every run (a worker's first
-    sight of the pool)."""
+    sight of the pool). A small request is also measured as the do-nothing SDK function
+    handles it (parse, `response.to`, serialise): what any function pays beyond the parse."""
     print("\n  in process: protobuf parse (floor) vs parse + handle + serialise, interleaved")
     found = {}
     count = IN_PROCESS_PAIRS.get(size, 7)
@@ -110,9 +112,12 @@ def in_process(size: int, built: dict) -> dict[str, Any]:
             churned = requests.churned(b, CHURN, count + 1)
             runs[f"{name}, {CHURN:.0%} changed"] = measure.floor_and_full_each(churned)
             runs[f"{name}, memo emptied"] = measure.floor_and_full(b.payload, count, forget)
+        if len(b.payload) <= INLINE_MAX_BYTES:  # what the target leaves a small request
+            runs[f"{name}, do-nothing"] = measure.floor_and_do_nothing(b.payload, count)
         for label, pairs in runs.items():
             at_size = size == TARGET_SIZE or name.startswith("devices")  # a node's own
-            applies = at_size and (b.handler not in MEMOS or "changed" in label)
+            ours = not label.endswith("do-nothing")
+            applies = ours and at_size and (b.handler not in MEMOS or "changed" in label)
             target = verdict(pairs.ratio, FLOOR_TARGET, applies)
             print(
                 f"    {label:30} floor {pairs.baseline_ms:9.2f} ms  full {pairs.measured_ms:9.2f} ms"

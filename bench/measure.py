@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.server import serve_bytes
@@ -81,6 +82,16 @@ def floor_and_full(
         lambda: serve_bytes(payload),
         count,
         before,
+    )
+
+
+def floor_and_do_nothing(payload: bytes, count: int) -> Pairs:
+    """The floor against the do-nothing SDK function's whole path in process (bench/noop.py's:
+    parse, `response.to`, serialise)."""
+    return pairs(
+        lambda: fnv1.RunFunctionRequest.FromString(payload),
+        lambda: response.to(fnv1.RunFunctionRequest.FromString(payload)).SerializeToString(),
+        count,
     )
 
 
