@@ -89,8 +89,8 @@ def bytes_table(size: int, built: dict, old: dict) -> dict[str, Any]:
 
 
 def forget() -> None:
-    """Empty what a worker remembers of the objects it read: node summaries, VM node states
-    (by their text) and launcher Pods (by their bytes)."""
+    """Empty what a worker remembers of the objects it read: node summaries and VM node states
+    (by their text), and launcher Pods (by what is read of them)."""
     MEMO.clear()
     gpuclass.forget_states()
     frame.READS.clear()
@@ -98,7 +98,7 @@ def forget() -> None:
 
 def in_process(size: int, built: dict) -> dict[str, Any]:
     """Each request's floor and full path. A pool or a class is measured three ways, since a
-    worker keeps what it read of each object by its text or bytes: the same request again
+    worker keeps what it read of each object by its text or content: the same request again
     (nothing changed), a request whose nodes changed by CHURN since the last one (a busy pool:
     the target applies here), and with the memo emptied before every run (a worker's first
     sight of the pool). A small request is also measured as the do-nothing SDK function
