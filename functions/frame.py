@@ -105,6 +105,7 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         self.lists: dict[str, Sequence[struct_pb2.Struct]] = {}
         self.gathered: dict[str, RequiredStrings] = {}
         self.reads: dict[str, tuple[tuple[str, ...], ...]] = {}  # by name: what a handler reads
+        self.read: dict[tuple[str, Callable[[View], Any]], list[Any] | None] = {}  # read_each's
 
     def _resources(self, name: str) -> fnv1.Resources | None:
         if name in self.held:
@@ -125,10 +126,18 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         return self.gathered[name]
 
     def read_each(self, name: str, read: Callable[[View], Any]) -> list[Any] | None:
-        """What `read` reads of each object `name` holds back, in the order they came (READS
-        remembers it by what was parsed of the object); None where it holds none back."""
+        """What `read` reads of each object of `name`, in the order they came (READS remembers
+        it by what was parsed of the object: of one held back, what the requirement reads of
+        it); None where `name` is not resolved. Once per request."""
+        if (name, read) not in self.read:
+            self.read[name, read] = self._read_each(name, read)
+        found = self.read[name, read]
+        return None if found is None else list(found)
+
+    def _read_each(self, name: str, read: Callable[[View], Any]) -> list[Any] | None:
         if name not in self.held:
-            return None
+            objects = self.get(name)
+            return None if objects is None else [READS.read(read, obj) for obj in objects]
         parse = functools.partial(wire.object_of, paths=self.reads.get(name))
         items = _parsed(name, wire.objects_in, self.held[name])
         return [READS.read(read, _parsed(name, parse, item)) for item in items]
@@ -161,11 +170,13 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
 class ReadOnce:
     """What a handler's reader read of a required object, by what was parsed of the object: a
     class requires every launcher Pod at every reconcile, and most have not changed since the
-    last. The key is the reader and the SHA-256 of the object (only what the handler reads of
-    it, where its requirement says) serialised deterministically. The bytes it came in would
-    not do: Crossplane's Go protobuf writes a map's entries in Go's random map order, so the
-    same object comes as other bytes on each call. Bounded: the least recently read is
-    forgotten first."""
+    last; every VM Instance requires the GPU classes, the Catalog and KubeVirt, as every other
+    VM Instance does, and they rarely change. The key is the reader (a module's function: a
+    closure made per call would never be found again) and the SHA-256 of the object (only
+    what the handler reads of it, where its requirement says) serialised deterministically.
+    The bytes it came in would not do: Crossplane's Go protobuf writes a map's entries in Go's
+    random map order, so the same object comes as other bytes on each call. Bounded: the
+    least recently read is forgotten first."""
 
     def __init__(self, size: int):
         self.size = size

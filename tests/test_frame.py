@@ -12,6 +12,7 @@ from google.protobuf import struct_pb2
 from functions import frame, wire
 from functions.handlers.base import Handler, InputError, Requirement
 from functions.handlers.desired import Desired
+from tests.test_wire import _field, in_order
 
 CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
 MODERN = (fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_REQUIRED_RESOURCES)
@@ -310,3 +311,61 @@ def test_a_held_back_object_nested_too_deep_gets_a_fatal_naming_it():
         Handler("h", frozenset({"Thing"}), compose), *wire.split(req.SerializeToString())
     )
     assert [r.message.split(":")[0] for r in rsp.results] == ["required found ConfigMap deep"]
+
+
+def reading_things(seen: list[str]) -> Handler:
+    """A handler whose status is what it reads of each Thing; `seen` logs each read."""
+
+    def size(thing):
+        seen.append(thing.name)
+        return thing.get("spec", "size")
+
+    def compose(request):
+        desired = Desired()
+        desired.status = {"sizes": request.required_read("things", size)}
+        return desired
+
+    return Handler("reading", frozenset({"Thing"}), compose, exploding().requirements)
+
+
+def thing(name: str, size: int) -> struct_pb2.Struct:
+    found = struct_pb2.Struct()
+    found.update(
+        {
+            "apiVersion": "example.org/v1",
+            "kind": "Thing",
+            "metadata": {"name": name, "labels": {"x": "1", "y": "2"}},
+            "spec": {"size": size, "unit": "Gi"},
+        }
+    )
+    return found
+
+
+def with_things(*things: struct_pb2.Struct, descending: bool = False, name: str = "n") -> bytes:
+    """A request of composite `name` requiring `things`, their maps written in one order or
+    the other, as Crossplane's Go protobuf may write them on any call."""
+    req = request()
+    req.observed.composite.resource["metadata"]["name"] = name
+    items = b"".join(_field(1, _field(1, in_order(t, descending))) for t in things)
+    return req.SerializeToString() + _field(8, _field(1, b"things") + _field(2, items))
+
+
+def test_a_required_object_read_before_is_not_read_again_in_a_small_request_either(monkeypatch):
+    """Every VM Instance requires the GPU classes, the Catalog and KubeVirt, which rarely
+    change: each object is read once while it is unchanged, however its maps are ordered, by
+    whichever composite requires it."""
+    monkeypatch.setattr(frame, "READS", frame.ReadOnce(16))
+    seen: list[str] = []
+    calls = [
+        with_things(thing("a", 1), thing("b", 2)),
+        with_things(thing("a", 1), thing("b", 2), descending=True, name="another"),
+        with_things(thing("b", 2), thing("a", 3)),  # a changed
+    ]
+    assert calls[0][-100:] != calls[1][-100:]  # the same things in other bytes
+    handler, sizes = reading_things(seen), []
+    for payload in calls:
+        rsp = frame.run(handler, fnv1.RunFunctionRequest.FromString(payload))
+        assert list(rsp.results) == []
+        sizes.append(list(rsp.desired.composite.resource["status"]["sizes"]))
+    assert sizes == [[1, 2], [1, 2], [2, 3]]
+    assert seen == ["a", "b", "a"]

@@ -235,7 +235,8 @@ KUBEVIRT = {
 
 
 def test_units_add_up_to_at_most_1024_per_vmi():
-    offers = gpus.Offers([DictView(gpu_class(maxCount=1024))], [DictView(KUBEVIRT)])
+    offer = gpuclass.read_offer(DictView(gpu_class(maxCount=1024)))
+    offers = gpus.Offers({offer.name: offer}, gpuclass.permitted_by(DictView(KUBEVIRT)))
     entries = [
         DictView({"className": "example-whole-gpu", "count": 1000}),
         DictView({"className": "example-whole-gpu", "count": 25}),
@@ -267,4 +268,4 @@ LIMIT_CASES = [
     ids=[case[0] for case in LIMIT_CASES],
 )
 def test_the_per_vm_limit_is_read_from_the_class_not_from_every_node(found, status, limit):
-    assert gpus.per_vm_limit(DictView(observed(found, **status))) == limit
+    assert gpus.per_vm_limit(gpuclass.read_offer(DictView(observed(found, **status)))) == limit

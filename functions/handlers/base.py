@@ -59,8 +59,10 @@ T = TypeVar("T")
 
 
 class HeldBack(Protocol):
-    """What the frame reads of required objects it holds back as they came (functions/wire.py):
-    each answers None for a name it does not hold back."""
+    """What the frame reads of required objects: the strings of those it holds back as they
+    came (functions/wire.py; None for a name it does not hold back), and each object through
+    a reader that it does not call again on an object it has read before (None for a name
+    not resolved)."""
 
     def strings(self, name: str) -> RequiredStrings | None: ...
 
@@ -168,10 +170,10 @@ class Request:
 
     def required_read(self, name: str, read: Callable[[View], T]) -> list[T] | None:
         """What `read` reads of each required object, in the order they came and not kept to
-        the requirement's namespace (as `required_objects`). Where the frame held them back,
-        an object whose like it has read before (what the requirement reads of it, however its
-        maps were ordered on the wire) is not read again: `read` must be a pure function of
-        the object, and what it returns must not be changed."""
+        the requirement's namespace (as `required_objects`). In the frame, an object whose
+        like it has read before (what the requirement reads of it, however its maps were
+        ordered on the wire) is not read again: `read` must be a pure function of the object,
+        and what it returns must not be changed."""
         if self._held is not None and name in self._required:
             found = self._held.read_each(name, read)
             if found is not None:

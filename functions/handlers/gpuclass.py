@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,8 +98,8 @@ def compose(request: Request) -> Desired:
         return desired
     spec = request.xr.view("spec")
     resource = spec.str("source", "devicePlugin", "resourceName")
-    conflict = conflicting_class_of(request.xr, request.required("classes") or [])
-    vm_resources = permitted_resources(request.required("kubevirt"))
+    conflict = conflicting_class_of(read_offer(request.xr), offers(request, "classes") or [])
+    vm_resources = permitted_resources(request) or frozenset()
     permitted = resource in vm_resources
     license_problem = license_missing(request, spec)
     report(desired, spec, resource, conflict, permitted, license_problem)
@@ -183,29 +183,84 @@ def report(
     )
 
 
-def conflicting_class_of(gpu_class: View, classes: list[View]) -> str | None:
-    """The older class (by creation, then name) that advertises the same resource, if any."""
-    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
-    mine = (gpu_class.str("metadata", "creationTimestamp"), gpu_class.name)
-    for other in classes:
-        if other.name == gpu_class.name:
-            continue
-        if other.str("spec", "source", "devicePlugin", "resourceName") != resource:
-            continue
-        if (other.str("metadata", "creationTimestamp"), other.name) < mine:
-            return other.name
-    return None
+@dataclass(frozen=True)
+class Offer:
+    """A GPUClass as other classes and a VM's GPU entries read it. Every class and every VM
+    Instance requires all the classes, which rarely change: each is read once while it is
+    unchanged (`Request.required_read`)."""
+
+    name: str
+    created: str  # metadata.creationTimestamp: of two classes, the older keeps the resource
+    deleting: bool
+    resource: str  # spec.source.devicePlugin.resourceName
+    mode: str
+    tolerations: tuple[Mapping[str, Any], ...]  # never changed: a VMI takes copies
+    license_secret: str  # a licensed vGPU class's source Secret, else ""
+    feature_type: int
+    max_count: int | None  # spec.maxCount
+    max_per_node: int | None  # status.maxPerNode, as the class's reconcile published it
+
+    @property
+    def vgpu(self) -> bool:
+        return self.mode == "vgpu"
 
 
-def permitted_resources(kubevirts: list[View] | None) -> set[str]:
-    """The resources the KubeVirt CR's permittedHostDevices lets VMs take."""
-    found = set()
-    for kubevirt in kubevirts or []:
-        devices = kubevirt.view("spec", "configuration", "permittedHostDevices")
-        for kind in ("pciHostDevices", "mediatedDevices", "usb"):
-            found.update(d.str("resourceName") for d in devices.list(kind).views())
-    found.discard("")
-    return found
+def read_offer(gpu_class: View) -> Offer:
+    spec = gpu_class.view("spec")
+    mode = spec.str("mode")
+    licensed = mode == "vgpu" and spec.has("license")
+    max_count, largest = spec.get("maxCount"), gpu_class.get("status", "maxPerNode")
+    return Offer(
+        name=gpu_class.name,
+        created=gpu_class.str("metadata", "creationTimestamp"),
+        deleting=gpu_class.has("metadata", "deletionTimestamp"),
+        resource=spec.str("source", "devicePlugin", "resourceName"),
+        mode=mode,
+        tolerations=tuple(t.to_dict() for t in spec.list("tolerations").views()),
+        license_secret=spec.str("license", "secretName") if licensed else "",
+        feature_type=feature_type(gpu_class),
+        max_count=int(max_count) if whole(max_count) else None,
+        max_per_node=largest if type(largest) is int and largest > 0 else None,
+    )
+
+
+def offers(request: Request, name: str) -> list[Offer] | None:
+    """The classes required as `name`, by name; None while unread."""
+    found = request.required_read(name, read_offer)
+    return None if found is None else sorted(found, key=lambda offer: offer.name)
+
+
+def conflicting_class_of(offer: Offer, classes: Iterable[Offer]) -> str | None:
+    """The older class (by creation, then name) that advertises the same resource, if any;
+    of several, the first by name."""
+    mine = (offer.created, offer.name)
+    return min(
+        (
+            other.name
+            for other in classes
+            if other.name != offer.name
+            and other.resource == offer.resource
+            and (other.created, other.name) < mine
+        ),
+        default=None,
+    )
+
+
+def permitted_resources(request: Request, name: str = "kubevirt") -> frozenset[str] | None:
+    """The resources the KubeVirt CRs required as `name` let VMs take; None while unread."""
+    found = request.required_read(name, permitted_by)
+    return None if found is None else frozenset().union(*found)
+
+
+def permitted_by(kubevirt: View) -> frozenset[str]:
+    """The resources one KubeVirt CR's permittedHostDevices lets VMs take."""
+    devices = kubevirt.view("spec", "configuration", "permittedHostDevices")
+    found = {
+        device.str("resourceName")
+        for kind in ("pciHostDevices", "mediatedDevices", "usb")
+        for device in devices.list(kind).views()
+    }
+    return frozenset(found - {""})
 
 
 # Each reconcile of a class carries the state of every node it reads, about 1 KiB as Crossplane
@@ -268,7 +323,7 @@ def read_nodes(
     resource: str | None,
     spec: View,
     settings: Settings,
-    vm_resources: set[str],
+    vm_resources: frozenset[str],
     desired: Desired,
 ) -> NodesRead:
     """Units of `resource` (None: a class that offers none) on each eligible node that
@@ -536,25 +591,46 @@ def feature_type(gpu_class: View) -> int:
 # --- vGPU entitlement (seed 003: the platform's, each tenant's, and every parent tenant's) -------
 
 
-def tenant_namespaces(namespace: View | None) -> list[str]:
-    """The tenant namespaces a namespace's labels name: itself and its ancestors ([]: no tenant)."""
-    if namespace is None:
-        return []
-    found = sorted(
-        key.removeprefix(labels.TENANT)
-        for key in namespace.labels()
-        if key.startswith(labels.TENANT)
+@dataclass(frozen=True)
+class Tenancy:
+    """A namespace as vGPU entitlement reads it; each is read once while it is unchanged
+    (`Request.required_read`): every VM Instance in it requires it."""
+
+    name: str
+    tenants: tuple[str, ...]  # the tenant namespaces its labels name: itself and its ancestors
+    vgpu: bool  # labelled gpu.cozystack.io/vgpu: "true"
+
+
+def read_tenancy(namespace: View) -> Tenancy:
+    """A namespace's tenancy: no tenants unless its labels name itself a tenant."""
+    named = namespace.labels()
+    found = sorted(k.removeprefix(labels.TENANT) for k in named if k.startswith(labels.TENANT))
+    return Tenancy(
+        namespace.name,
+        tuple(found) if namespace.name in found else (),
+        named.get(labels.VGPU_ENTITLED) == labels.TRUE,
     )
-    return found if namespace.name in found else []
+
+
+def tenancy(request: Request, name: str) -> Tenancy | None:
+    """The namespace required as `name`; None while unread or where it does not exist."""
+    found = request.required_read(name, read_tenancy)
+    return found[0] if found else None
 
 
 def entitlement_requirements(request: Request) -> dict[str, Requirement]:
     """The Instance's namespace; once read, every ancestor tenant namespace it names."""
     found = {"namespace": Requirement(apis.CORE, "Namespace", match_name=request.namespace)}
-    for tenant in tenant_namespaces(request.required_one("namespace")):
+    own = tenancy(request, "namespace")
+    for tenant in own.tenants if own is not None else ():
         if tenant != request.namespace:
             found[tenant_key(tenant)] = Requirement(apis.CORE, "Namespace", match_name=tenant)
     return found
+
+
+def entitlement_unread(request: Request) -> bool:
+    """Whether a namespace vGPU entitlement reads is not read yet."""
+    return any(request.required_objects(n) is None for n in entitlement_requirements(request))
 
 
 def tenant_key(tenant: str) -> str:
@@ -568,12 +644,12 @@ def vgpu_not_entitled(platform: bool, request: Request) -> str | None:
     breaks it. Call it once the namespace requirements are resolved."""
     if not platform:
         return PLATFORM_NOT_ENTITLED
-    own = request.required_one("namespace")
-    chain: list[tuple[str, View | None]] = []
-    for tenant in tenant_namespaces(own):
-        found = own if tenant == request.namespace else request.required_one(tenant_key(tenant))
-        chain.append((tenant, found))
-    chain.sort(key=lambda link: (len(tenant_namespaces(link[1])), link[0]))
+    own = tenancy(request, "namespace")
+    chain = [
+        (tenant, own if tenant == request.namespace else tenancy(request, tenant_key(tenant)))
+        for tenant in (own.tenants if own is not None else ())
+    ]
+    chain.sort(key=lambda link: (len(link[1].tenants) if link[1] is not None else 0, link[0]))
     for tenant, found in chain:
         why = _tenant_not_entitled(tenant, found, request.namespace)
         if why:
@@ -581,7 +657,7 @@ def vgpu_not_entitled(platform: bool, request: Request) -> str | None:
     return None
 
 
-def _tenant_not_entitled(tenant: str, namespace: View | None, own: str) -> str | None:
+def _tenant_not_entitled(tenant: str, namespace: Tenancy | None, own: str) -> str | None:
     whose = (
         f"tenant namespace {own}"
         if tenant == own
@@ -589,9 +665,9 @@ def _tenant_not_entitled(tenant: str, namespace: View | None, own: str) -> str |
     )
     if namespace is None:
         return f"{whose} is not entitled to vGPU: the namespace was not found"
-    if tenant_namespaces(namespace) == [tenant]:
+    if namespace.tenants == (tenant,):
         return None  # the root tenant: entitled by the platform
-    if namespace.labels().get(labels.VGPU_ENTITLED) == labels.TRUE:
+    if namespace.vgpu:
         return None
     return (
         f"{whose} is not entitled to vGPU: a tenant needs its own entitlement and an entitled "

@@ -37,14 +37,23 @@ CROSSPLANE_KEYS = "crossplane.io/"  # labels and annotations Crossplane stamps o
 def catalog_settings(request: Request, desired: Desired, requirement: str = "catalog") -> Settings:
     """The Catalog `default`'s settings; the defaults while it is missing, not yet read, or
     unreadable (then a Warning names the field: the Catalog's own reconcile refuses it)."""
-    catalog = request.required_one(requirement)
-    if catalog is None:
+    found = request.required_read(requirement, read_settings)
+    if not found:
         return Settings()
+    name, settings = found[0]  # the Catalog is required by name: there is one
+    if isinstance(settings, SettingsError):
+        unreadable(desired, "Catalog", name, settings.field, settings.message)
+        return Settings()
+    return settings
+
+
+def read_settings(catalog: View) -> tuple[str, Settings | SettingsError]:
+    """A Catalog's name, and its settings or why they cannot be read. Every handler reads
+    them on every call, and they rarely change: read once while unchanged (`required_read`)."""
     try:
-        return Settings.from_spec(catalog.view("spec").to_dict())
+        return catalog.name, Settings.from_spec(catalog.view("spec").to_dict())
     except SettingsError as error:
-        unreadable(desired, "Catalog", catalog.name, error.field, error.message)
-        return Settings()
+        return catalog.name, error.with_traceback(None)
 
 
 def summaries_requirement(

@@ -27,7 +27,6 @@ from functions.handlers.instance.outcome import Waiting
 from functions.views import View
 
 MAX_UNITS = 1024
-CLASS_REQUIREMENTS = ("gpuclasses", "kubevirt")
 
 
 def class_requirements() -> dict[str, Requirement]:
@@ -51,10 +50,11 @@ class VgpuBar:
 
 @dataclass(frozen=True)
 class Offers:
-    """The catalog as class entries read it: classes, KubeVirt CRs, and any vGPU bar."""
+    """The catalog as class entries read it: the classes by name, the resources KubeVirt
+    permits, and any vGPU bar."""
 
-    classes: list[View]
-    kubevirts: list[View]
+    classes: Mapping[str, gpuclass.Offer]
+    permitted: frozenset[str]
     vgpu_bar: VgpuBar | None = None
 
 
@@ -62,18 +62,18 @@ READING = Waiting(reasons.READING_GPU_CLASSES, "spec.gpus: reading the GPU class
 
 
 def read_classes(request: Request) -> Offers | None:
-    """The classes and KubeVirt CRs; None while either is unread."""
-    classes, kubevirts = (request.required(name) for name in CLASS_REQUIREMENTS)
-    if classes is None or kubevirts is None:
+    """The classes and what KubeVirt permits; None while either is unread."""
+    classes = gpuclass.offers(request, "gpuclasses")
+    permitted = gpuclass.permitted_resources(request, "kubevirt")
+    if classes is None or permitted is None:
         return None
-    return Offers(classes, kubevirts)
+    return Offers({offer.name: offer for offer in classes}, permitted)
 
 
 def read_offers(request: Request, platform_entitled: bool) -> Offers | Waiting:
     """The catalog and the namespace's vGPU entitlement; waiting while any is unread."""
     offers = read_classes(request)
-    tenants = [request.required(name) for name in gpuclass.entitlement_requirements(request)]
-    if offers is None or None in tenants:
+    if offers is None or gpuclass.entitlement_unread(request):
         return READING
     why = gpuclass.vgpu_not_entitled(platform_entitled, request)
     if why is None:
@@ -101,7 +101,7 @@ def resolve(entries: list[View], offers: Offers, at: str = "spec.gpus") -> Resol
     refusals = entry_refusals(entries, at)
     if refusals:
         return refusals
-    by_name = {c.name: c for c in offers.classes}
+    by_name = offers.classes
     resolved, counts = Resolved(), {}
     for index, entry in enumerate(entries):
         if not entry.has("className"):
@@ -120,15 +120,14 @@ def resolve(entries: list[View], offers: Offers, at: str = "spec.gpus") -> Resol
     return refusals or resolved
 
 
-def take(resolved: Resolved, gpu_class: View, count: int) -> None:
-    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
-    resolved.devices += [resource] * count
-    for toleration in gpu_class.list("spec", "tolerations").views():
-        if toleration.to_dict() not in resolved.tolerations:
-            resolved.tolerations.append(toleration.to_dict())
-    if gpu_class.str("spec", "mode") == "vgpu" and gpu_class.has("spec", "license"):
-        resolved.license_secret = gpu_class.str("spec", "license", "secretName")
-        resolved.feature_type = gpuclass.feature_type(gpu_class)
+def take(resolved: Resolved, gpu_class: gpuclass.Offer, count: int) -> None:
+    resolved.devices += [gpu_class.resource] * count
+    for toleration in gpu_class.tolerations:
+        if toleration not in resolved.tolerations:
+            resolved.tolerations.append(dict(toleration))
+    if gpu_class.license_secret:
+        resolved.license_secret = gpu_class.license_secret
+        resolved.feature_type = gpu_class.feature_type
 
 
 def entry_count(entry: View) -> int:
@@ -174,35 +173,39 @@ def entry_refusal(entry: View, at: str) -> Refusal | None:
     return None
 
 
-def class_refusal(at: str, name: str, gpu_class: View | None, offers: Offers) -> Refusal | None:
+def class_refusal(
+    at: str, name: str, gpu_class: gpuclass.Offer | None, offers: Offers
+) -> Refusal | None:
     """Why this class cannot be started now (seed 003's refusals, in its terms)."""
     if gpu_class is None:
         message = f"GPU class {name} not found: select one from `kubectl get gpuclasses`"
         return Refusal(at, message, reasons.GPU_CLASS_NOT_FOUND)
-    if gpu_class.has("metadata", "deletionTimestamp"):
+    if gpu_class.deleting:
         message = f"GPU class {name} is being deleted: select another class"
         return Refusal(at, message, reasons.GPU_CLASS_DELETING)
-    resource = gpu_class.str("spec", "source", "devicePlugin", "resourceName")
-    other = gpuclass.conflicting_class_of(gpu_class, offers.classes)
+    resource = gpu_class.resource
+    other = gpuclass.conflicting_class_of(gpu_class, offers.classes.values())
     if other:
         message = (
             f"GPU class {name} is not available: class {other} already uses its resource {resource}"
         )
         return Refusal(at, message, reasons.GPU_CLASS_CONFLICT)
-    if resource not in gpuclass.permitted_resources(offers.kubevirts):
+    if resource not in offers.permitted:
         message = f"GPU class {name}: its resource {resource} is missing from KubeVirt's permitted-device table"
         return Refusal(at, message, reasons.RESOURCE_NOT_PERMITTED)
-    if gpu_class.str("spec", "mode") == "vgpu" and offers.vgpu_bar is not None:
+    if gpu_class.vgpu and offers.vgpu_bar is not None:
         bar = offers.vgpu_bar
         return Refusal(at, bar.message.format(name=name), bar.reason)
     return None
 
 
-def vgpu_class_refusals(entries: list[View], by_name: Mapping[str, View], at: str) -> list[Refusal]:
+def vgpu_class_refusals(
+    entries: list[View], by_name: Mapping[str, gpuclass.Offer], at: str
+) -> list[Refusal]:
     vgpu: list[str] = []
     for entry in entries:
         gpu_class = by_name.get(entry.str("className"))
-        if gpu_class is None or gpu_class.str("spec", "mode") != "vgpu":
+        if gpu_class is None or not gpu_class.vgpu:
             continue
         if gpu_class.name not in vgpu:
             vgpu.append(gpu_class.name)
@@ -214,7 +217,7 @@ def vgpu_class_refusals(entries: list[View], by_name: Mapping[str, View], at: st
 
 def limit_refusals(
     counts: Mapping[str, int],
-    by_name: Mapping[str, View],
+    by_name: Mapping[str, gpuclass.Offer],
     resolved: Resolved,
     at: str,
 ) -> list[Refusal]:
@@ -223,8 +226,7 @@ def limit_refusals(
     for name, count in counts.items():
         limit = per_vm_limit(by_name[name])
         if limit is None:
-            resource = by_name[name].str("spec", "source", "devicePlugin", "resourceName")
-            resolved.shortages.append(resource)
+            resolved.shortages.append(by_name[name].resource)
         elif count > limit:
             message = f"GPU class {name} allows at most {limit} units per VM, requested {count}"
             refusals.append(Refusal(at, message, reasons.INVALID_GPUS))
@@ -234,13 +236,12 @@ def limit_refusals(
     return refusals
 
 
-def per_vm_limit(gpu_class: View) -> int | None:
+def per_vm_limit(gpu_class: gpuclass.Offer) -> int | None:
     """maxCount; unset: 1 for vGPU, else the most GPUs of the resource one eligible node has
     (Ready, schedulable, its taints tolerated), as the class's status observed it — None while
     none advertises it: a shortage."""
-    if gpu_class.get("spec", "maxCount") is not None:
-        return int(gpu_class.get("spec", "maxCount"))
-    if gpu_class.str("spec", "mode") == "vgpu":
+    if gpu_class.max_count is not None:
+        return gpu_class.max_count
+    if gpu_class.vgpu:
         return 1
-    largest = gpu_class.get("status", "maxPerNode")
-    return largest if type(largest) is int and largest > 0 else None
+    return gpu_class.max_per_node

@@ -62,12 +62,11 @@ def requirements(request: Request) -> dict[str, Requirement]:
     found = gpus.class_requirements()
     found |= gpuclass.entitlement_requirements(request)
     named = {e.str("className") for e in request.xr.list("spec", "gpus").views()}
-    for gpu_class in request.required("gpuclasses") or []:
-        secret = gpu_class.str("spec", "license", "secretName")
-        if gpu_class.name in named and gpu_class.str("spec", "mode") == "vgpu" and secret:
+    for offer in gpuclass.offers(request, "gpuclasses") or []:
+        if offer.name in named and offer.license_secret:
             namespace = catalog_settings(request, Desired()).license_namespace
             found["license"] = Requirement(
-                apis.CORE, "Secret", match_name=secret, namespace=namespace
+                apis.CORE, "Secret", match_name=offer.license_secret, namespace=namespace
             )
     return found
 
