@@ -45,7 +45,7 @@ from functions.handlers.instance.outcome import (
     refused,
     started,
 )
-from functions.views import View, plain
+from functions.views import ListView, View
 
 LICENSE_DISK = "gpulicense"
 LICENSE_SERIAL = "GPULICENSE"
@@ -394,28 +394,30 @@ def changed_parts(wanted: Mapping[str, Any] | None, observed: View | None) -> li
     the observed object are not differences)."""
     if wanted is None or observed is None:
         return []
-    found = []
-    for path, part in VMI_PARTS.items():
-        if not covers(plain(observed.get("spec", *path)), _at(wanted["spec"], path)):
-            found.append(part)
-    return found
+    spec = observed.view("spec")
+    return [
+        part
+        for path, part in VMI_PARTS.items()
+        if not covers(spec.get(*path), _at(wanted["spec"], path))
+    ]
 
 
 def _at(obj: Any, path: tuple[str, ...]) -> Any:
     for key in path:
-        obj = obj.get(key) if isinstance(obj, Mapping) else None
+        obj = obj.get(key) if isinstance(obj, dict) else None
     return obj
 
 
 def covers(observed: Any, wanted: Any) -> bool:
-    """Whether `observed` holds everything `wanted` says (extra observed fields allowed)."""
-    if isinstance(wanted, Mapping):
-        return isinstance(observed, Mapping) and all(
-            covers(observed.get(k), v) for k, v in wanted.items()
+    """Whether `observed` (as a view reads it) holds everything `wanted` says (extra observed
+    fields allowed). Only what `wanted` names is read of it; `wanted` is plain data."""
+    if isinstance(wanted, dict):
+        return isinstance(observed, View) and all(
+            covers(observed.value(k), v) for k, v in wanted.items()
         )
     if isinstance(wanted, list):
         return (
-            isinstance(observed, list)
+            isinstance(observed, ListView)
             and len(observed) == len(wanted)
             and all(covers(o, w) for o, w in zip(observed, wanted, strict=True))
         )
