@@ -47,7 +47,7 @@ from google.protobuf.message import DecodeError
 from functions import wire
 from functions.handlers.base import Handler, InputError, Request, RequiredStrings, Requirement
 from functions.handlers.desired import Desired, Severity
-from functions.views import ShapeError, View, message_of, plain, view_of
+from functions.views import ListView, ShapeError, View, message_of, plain, view_of
 
 _STATUS = {True: fnv1.STATUS_CONDITION_TRUE, False: fnv1.STATUS_CONDITION_FALSE}
 _READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
@@ -410,13 +410,45 @@ def _merge_status(composite: fnv1.Resource, status: Mapping[str, Any]) -> None:
 
 
 def _put(target: struct_pb2.Struct, data: Mapping[str, Any]) -> None:
-    """Set `data`'s keys in `target`. A value a handler passes on as it observed it (a view of
-    the request's Struct: a Devices' per-card ledger, a composed object's spec) is copied whole,
-    never converted to Python and back."""
-    target.update({key: plain(value) for key, value in data.items() if message_of(value) is None})
+    """Set `data`'s keys in `target` as `Struct.update` does (an object or a list replaces what
+    was there), at a third of its cost: this writes every composed object of every call."""
+    fields = target.fields
     for key, value in data.items():
-        found = message_of(value)
-        if isinstance(found, struct_pb2.Struct):
-            target.fields[key].struct_value.CopyFrom(found)
-        elif isinstance(found, struct_pb2.ListValue):
-            target.fields[key].list_value.CopyFrom(found)
+        _set(fields[key], value)
+
+
+def _set(target: struct_pb2.Value, value: Any) -> None:
+    """`value` into `target`. One a handler passes on as it observed it (a view of the
+    request's Struct: a Devices' per-card ledger, a composed object's spec) is copied whole,
+    never converted to Python and back."""
+    if isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, bool):  # before the numbers: a bool is an int
+        target.bool_value = value
+    elif isinstance(value, int | float):
+        target.number_value = value
+    elif value is None:
+        target.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(value, Mapping):
+        struct = target.struct_value
+        struct.Clear()  # also marks it set: an empty object stays an object
+        _put(struct, value)
+    elif isinstance(value, list | tuple):
+        items = target.list_value
+        items.Clear()
+        for item in value:
+            _set(items.values.add(), item)
+    elif isinstance(value, View | ListView):
+        _copy(target, value)
+    else:
+        raise TypeError(f"a composed object cannot hold a {type(value).__name__}: {value!r}")
+
+
+def _copy(target: struct_pb2.Value, value: View | ListView) -> None:
+    found = message_of(value)
+    if isinstance(found, struct_pb2.Struct):
+        target.struct_value.CopyFrom(found)
+    elif isinstance(found, struct_pb2.ListValue):
+        target.list_value.CopyFrom(found)
+    else:  # a view of plain data
+        _set(target, plain(value))
