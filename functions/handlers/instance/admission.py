@@ -36,16 +36,20 @@ def refusals(spec: View, settings: Settings, pod: View | None) -> list[Refusal]:
 
 
 def privileged_refusals(spec: View, settings: Settings, pod: View | None) -> list[Refusal]:
-    held = pod is not None and any(
-        c.bool("securityContext", "privileged") for c in pod.list("spec", "containers").views()
-    )
-    if not spec.bool("privileged") or settings.privileged_allowed or held:
+    if not spec.bool("privileged") or settings.privileged_allowed or held_privileged(pod):
         return []
     message = (
         f'privileged mode is not allowed: enable the Catalog\'s "{PRIVILEGED_GATE}" setting to '
         "allow it"
     )
     return [Refusal("spec.privileged", message, reasons.PRIVILEGED_NOT_ALLOWED)]
+
+
+def held_privileged(pod: View | None) -> bool:
+    """Whether the observed Pod already runs a privileged container."""
+    return pod is not None and any(
+        c.bool("securityContext", "privileged") for c in pod.list("spec", "containers").views()
+    )
 
 
 def workspace_refusals(spec: View) -> list[Refusal]:

@@ -11,6 +11,7 @@ import contextlib
 import json
 from typing import Any
 
+from functions import structs
 from functions.core import labels, names, reasons
 from functions.core.requests import InstanceTypeFacts, Wait, plan
 from functions.handlers.instance import lifecycle, pin
@@ -84,8 +85,8 @@ def pin_expressions(instance: Instance) -> tuple[dict, ...] | Waiting:
 def runtime_class(instance: Instance, manufacturer: str) -> str | None:
     """The manufacturer's RuntimeClass, only if the cluster has it (reference §5.2)."""
     wanted = RUNTIME_CLASSES.get(manufacturer)
-    classes = {c.name for c in instance.request.required("runtimeclasses") or []}
-    return wanted if wanted in classes else None
+    classes = instance.request.required_objects("runtimeclasses") or ()
+    return wanted if wanted in map(structs.name_of, classes) else None
 
 
 def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:
