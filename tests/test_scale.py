@@ -22,7 +22,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
-from functions import pipeline, views
+from functions import frame, pipeline, views
 from functions.core import names
 from functions.core.devices import parse_spec
 from functions.core.ledger import build_ledger
@@ -700,12 +700,10 @@ def test_a_malformed_cluster_queue_reservation_is_named_in_a_warning(walkthrough
 # --- an Instance reads its InstanceType once per distinct status ------------------------------
 
 
-def instance_type_view(obj: dict, as_struct: bool) -> views.View:
-    if not as_struct:
-        return views.view_of(obj)
+def struct_of(obj: dict) -> struct_pb2.Struct:
     struct = struct_pb2.Struct()
     struct.update(obj)
-    return views.view_of(struct)
+    return struct
 
 
 def keys_reversed(obj: Any) -> Any:
@@ -717,50 +715,40 @@ def keys_reversed(obj: Any) -> Any:
     return obj
 
 
-@pytest.mark.parametrize("as_struct", [True, False], ids=["protobuf", "plain data"])
-def test_an_instance_type_is_read_once_per_distinct_spec_and_status(monkeypatch, as_struct):
+def test_an_instance_type_is_read_once_while_it_is_unchanged(monkeypatch):
+    """As the frame reads it for every Instance of the type (`Request.required_read`)."""
     h100 = type_fixture("instancetype-h100-mig-0.1.0.yaml")
     parsed = []
     real = lifecycle.type_status.read
     monkeypatch.setattr(lifecycle.type_status, "read", lambda obj: parsed.append(1) or real(obj))
-    memo = lifecycle.TypeFactsMemo()
-    first = memo.read(instance_type_view(h100, as_struct))
-    again = memo.read(instance_type_view(keys_reversed(h100), as_struct))
-    assert parsed == [1] and again is first and first == real(views.view_of(h100))
+    reads = frame.ReadOnce(16)
+    first = reads.read(lifecycle.read_type, struct_of(h100))
+    again = reads.read(lifecycle.read_type, struct_of(keys_reversed(h100)))
+    assert parsed == [1] and again is first and first.facts == real(views.view_of(h100))
     resized = copy.deepcopy(h100)
     resized["spec"]["unitResources"]["cpu"] = "3"  # the spec alone changed
-    assert memo.read(instance_type_view(resized, as_struct)).unit_cpu == 3 != first.unit_cpu
+    assert reads.read(lifecycle.read_type, struct_of(resized)).facts.unit_cpu == 3
+    assert first.facts.unit_cpu != 3
     h100["status"]["detail"]["slicedDetail"]["physical"]["profiles"].pop()  # the status alone
-    changed = memo.read(instance_type_view(h100, as_struct))
+    changed = reads.read(lifecycle.read_type, struct_of(h100)).facts
     assert parsed == [1, 1, 1]
-    assert "7g.80gb" in first.profiles and "7g.80gb" not in changed.profiles
+    assert "7g.80gb" in first.facts.profiles and "7g.80gb" not in changed.profiles
 
 
-def test_an_unreadable_instance_type_status_is_read_again_every_time():
+def test_an_unreadable_instance_type_status_is_read_as_the_field_it_breaks():
     broken = type_fixture("instancetype-a10g-0.1.0.yaml")
     broken["status"]["detail"]["slicedDetail"]["logical"]["count"] = "lots"
-    memo = lifecycle.TypeFactsMemo()
-    for _ in range(2):
-        with pytest.raises(StatusError) as raised:
-            memo.read(views.view_of(broken))
-        assert raised.value.field == "status.detail.slicedDetail.logical.count"
-    assert memo.facts == {}
-
-
-def test_the_instance_type_memo_is_emptied_past_its_limit():
-    a10g = type_fixture("instancetype-a10g-0.1.0.yaml")
-    memo = lifecycle.TypeFactsMemo()
-    memo.LIMIT = 2
-    for name in ("one", "two", "three"):
-        memo.read(views.view_of({**a10g, "metadata": {"name": name}}))
-    assert [key[0] for key in memo.facts] == ["three"]
+    found = lifecycle.read_type(views.view_of(broken))
+    assert isinstance(found.facts, StatusError)
+    assert found.facts.field == "status.detail.slicedDetail.logical.count"
+    assert (found.draining, found.deleting) == (False, False)
 
 
 def test_what_an_instance_type_offers_is_read_only():
     """One reading serves every Instance of the type: no caller may change it for the rest."""
-    facts = lifecycle.TypeFactsMemo().read(
+    facts = lifecycle.read_type(
         views.view_of(type_fixture("instancetype-h100-mig-0.1.0.yaml"))
-    )
+    ).facts
     with pytest.raises(TypeError):
         facts.profiles["7g.80gb"] = 1  # type: ignore[index]
     with pytest.raises(TypeError):

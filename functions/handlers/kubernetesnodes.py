@@ -26,12 +26,11 @@ from functions.core import apis, reasons
 from functions.core.requests import InstanceTypeFacts, Plan, Refusal
 from functions.core.settings import Settings
 from functions.core.status import StatusError
-from functions.core.status import instancetype as type_status
 from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Condition, Desired
 from functions.handlers.gpuclass import whole
 from functions.handlers.inputs import CATALOG, catalog_settings
-from functions.handlers.instance import admission, gpus, vm
+from functions.handlers.instance import admission, gpus, lifecycle, vm
 from functions.handlers.instance.outcome import Refused, Waiting, started
 from functions.views import View
 
@@ -143,18 +142,18 @@ def spec_refusals(spec: View) -> list[Refusal]:
 
 def instance_type(request: Request, name: str) -> InstanceTypeFacts | Start:
     """The InstanceType that sizes every worker, or why no worker can start now."""
-    found = request.required("instancetype")
+    found = request.required_read("instancetype", lifecycle.read_type)
     if not name or found == []:
         message = f"instance type {name} not found: pick one from `kubectl get instancetypes`"
         refusal = Refusal("spec.type", message, reasons.INSTANCE_TYPE_NOT_FOUND)
         return Start(refusal=Refused((refusal,)))
     if found is None:
         return Start(waiting=Waiting(reasons.READING_INSTANCE_TYPE, f"spec.type: reading {name}"))
-    try:
-        return type_status.read(found[0])
-    except StatusError as error:
-        message = f"spec.type: instance type {name} published an unreadable status ({error})"
+    facts = found[0].facts
+    if isinstance(facts, StatusError):
+        message = f"spec.type: instance type {name} published an unreadable status ({facts})"
         return Start(waiting=Waiting(reasons.INSTANCE_TYPE_NOT_READY, message))
+    return facts
 
 
 # --- one worker --------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ repoints `spec.type` and clears `stop`).
 
 from __future__ import annotations
 
-from functions import structs
+from dataclasses import dataclass
+
 from functions.core import labels, reasons
 from functions.core.requests import InstanceTypeFacts, Refusal
 from functions.core.status import StatusError
@@ -52,22 +53,20 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
         return refused(
             Refusal("spec.type", "type must be specified", reasons.INSTANCE_TYPE_NOT_FOUND)
         )
-    found = instance.request.required("instancetype")
+    found = instance.request.required_read("instancetype", read_type)
     if found is None:
         return Waiting(reasons.READING_INSTANCE_TYPE, f"spec.type: reading instance type {name}")
     observed = found[0] if found else None
-    if observed is not None and observed.str("status", "phase") == reasons.DRAINING:
+    if observed is not None and observed.draining:
         return drain(instance, f"instance type {name} is draining")
-    if observed is not None and not observed.has("metadata", "deletionTimestamp"):
-        try:
-            facts = TYPE_FACTS.read(observed)
-        except StatusError as error:
+    if observed is not None and not observed.deleting:
+        if isinstance(observed.facts, StatusError):
             message = (
                 f"spec.type: instance type {name} published an unreadable status "
-                f"({error}); waiting for its next reconcile"
+                f"({observed.facts}); waiting for its next reconcile"
             )
             return Waiting(reasons.INSTANCE_TYPE_NOT_READY, message)
-        return retyped(instance, facts) or facts
+        return retyped(instance, observed.facts) or observed.facts
     phase = instance.request.xr.str("status", "phase")
     if instance.workload is not None or phase not in NEVER_RAN:
         return drain(instance, f"instance type {name} was deleted")
@@ -80,38 +79,28 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
     )
 
 
-class TypeFactsMemo:
-    """What each InstanceType offers, by its name, spec and status as canonical bytes: pure,
-    input-keyed memoization in each process (DESIGN §1).
+@dataclass(frozen=True)
+class TypeRead:
+    """What an Instance reads of its InstanceType. Every Instance of a type reads the same
+    published status, and reading it through the Structs was a fifth of an Instance's call: it
+    is read once while the type is unchanged (`Request.required_read`), and what it offers is
+    handed out read-only. An unreadable status is kept as its error, which is read alike."""
 
-    Every Instance of a type reads the same published status, and reading it through the
-    Structs was a fifth of an Instance's call; serialising it in C to look it up costs an
-    eighth of that. The memo is emptied once it holds `LIMIT` types: a cluster has dozens, and
-    each status a pool reconcile writes is read once."""
-
-    LIMIT = 1024
-
-    def __init__(self) -> None:
-        self.facts: dict[tuple[str, bytes, bytes], InstanceTypeFacts] = {}
-
-    def read(self, instance_type: View) -> InstanceTypeFacts:
-        """`type_status.read`, once per distinct InstanceType; raises StatusError as it does
-        (an unreadable status is never kept)."""
-        key = (
-            instance_type.name,
-            structs.canonical(instance_type, "spec"),
-            structs.canonical(instance_type, "status"),
-        )
-        found = self.facts.get(key)
-        if found is None:
-            found = type_status.read(instance_type)
-            if len(self.facts) >= self.LIMIT:
-                self.facts.clear()
-            self.facts[key] = found
-        return found
+    draining: bool
+    deleting: bool
+    facts: InstanceTypeFacts | StatusError
 
 
-TYPE_FACTS = TypeFactsMemo()
+def read_type(instance_type: View) -> TypeRead:
+    try:
+        facts: InstanceTypeFacts | StatusError = type_status.read(instance_type)
+    except StatusError as error:
+        facts = error.with_traceback(None)  # kept: no frame of this call is held with it
+    return TypeRead(
+        draining=instance_type.str("status", "phase") == reasons.DRAINING,
+        deleting=instance_type.has("metadata", "deletionTimestamp"),
+        facts=facts,
+    )
 
 
 def retyped(instance: Instance, facts: InstanceTypeFacts) -> Outcome | None:
