@@ -23,7 +23,7 @@ from functions.handlers.instance.outcome import (
     refused,
 )
 from functions.handlers.instance.pod import PodInputs, render_pod, render_service
-from functions.views import View, plain
+from functions.views import View
 
 # The RuntimeClass each manufacturer's container toolkit installs (T-Head's needs none).
 RUNTIME_CLASSES = {
@@ -91,7 +91,8 @@ def runtime_class(instance: Instance, manufacturer: str) -> str | None:
 
 def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:
     """What a running Pod was composed with stays: its main container's resources and its
-    placement fields (Pods are immutable; overcommit or fit affinity may have changed since)."""
+    placement fields (Pods are immutable; overcommit or fit affinity may have changed since),
+    as views of the observed Pod, which the frame copies whole."""
     observed_main = next(
         (
             c
@@ -101,11 +102,11 @@ def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:
         None,
     )
     if observed_main is not None and observed_main.has("resources"):
-        pod["spec"]["containers"][0]["resources"] = observed_main.view("resources").to_dict()
+        pod["spec"]["containers"][0]["resources"] = observed_main.view("resources")
     for field in ("nodeSelector", "affinity", "runtimeClassName"):
         kept = observed.get("spec", field)
         if kept is not None:
-            pod["spec"][field] = plain(kept)
+            pod["spec"][field] = kept
         else:
             pod["spec"].pop(field, None)
 
