@@ -175,28 +175,37 @@ class ReadOnce:
     closure made per call would never be found again) and the SHA-256 of the object (only
     what the handler reads of it, where its requirement says) serialised deterministically.
     The bytes it came in would not do: Crossplane's Go protobuf writes a map's entries in Go's
-    random map order, so the same object comes as other bytes on each call. Bounded: the
-    least recently read is forgotten first."""
+    random map order, so the same object comes as other bytes on each call.
 
-    def __init__(self, size: int):
-        self.size = size
-        self.found: OrderedDict[tuple[Any, bytes], Any] = OrderedDict()
+    Bounded by the size of what it remembers, not by a count: `budget` bytes of the objects as
+    read (what is made of an object is about as large as the part of it read: a launcher's
+    projection and its `Launcher` are some hundreds of bytes, an InstanceType and its facts
+    2.5 KiB). The least recently read is forgotten first: an InstanceType whose status a pool
+    rewrites with every allocation leaves a stale reading behind each time."""
+
+    def __init__(self, budget: int):
+        self.budget, self.held = budget, 0
+        self.found: OrderedDict[tuple[Any, bytes], tuple[Any, int]] = OrderedDict()
 
     def read(self, read: Callable[[View], Any], obj: struct_pb2.Struct) -> Any:
-        key = (read, hashlib.sha256(obj.SerializeToString(deterministic=True)).digest())
+        encoded = obj.SerializeToString(deterministic=True)
+        key = (read, hashlib.sha256(encoded).digest())
         if key in self.found:
             self.found.move_to_end(key)
-            return self.found[key]
-        value = self.found[key] = read(view_of(obj))
-        if len(self.found) > self.size:
-            self.found.popitem(last=False)
+            return self.found[key][0]
+        value = read(view_of(obj))
+        self.found[key] = (value, len(encoded))
+        self.held += len(encoded)
+        while self.held > self.budget:
+            self.held -= self.found.popitem(last=False)[1][1]
         return value
 
     def clear(self) -> None:
         self.found.clear()
+        self.held = 0
 
 
-READS = ReadOnce(1 << 16)  # each process's own: about 500 bytes an object, 32 MiB at most
+READS = ReadOnce(32 << 20)  # each process's own: 32 MiB of objects read, about as much again kept
 
 
 def _parsed(name: str, parse: Callable[[Any], Any], encoded: wire.Encoded) -> Any:

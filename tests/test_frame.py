@@ -356,7 +356,7 @@ def test_a_required_object_read_before_is_not_read_again_in_a_small_request_eith
     """Every VM Instance requires the GPU classes, the Catalog and KubeVirt, which rarely
     change: each object is read once while it is unchanged, however its maps are ordered, by
     whichever composite requires it."""
-    monkeypatch.setattr(frame, "READS", frame.ReadOnce(16))
+    monkeypatch.setattr(frame, "READS", frame.ReadOnce(1 << 20))
     seen: list[str] = []
     calls = [
         with_things(thing("a", 1), thing("b", 2)),

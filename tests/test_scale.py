@@ -721,7 +721,7 @@ def test_an_instance_type_is_read_once_while_it_is_unchanged(monkeypatch):
     parsed = []
     real = lifecycle.type_status.read
     monkeypatch.setattr(lifecycle.type_status, "read", lambda obj: parsed.append(1) or real(obj))
-    reads = frame.ReadOnce(16)
+    reads = frame.ReadOnce(1 << 20)
     first = reads.read(lifecycle.read_type, struct_of(h100))
     again = reads.read(lifecycle.read_type, struct_of(keys_reversed(h100)))
     assert parsed == [1] and again is first and first.facts == real(views.view_of(h100))

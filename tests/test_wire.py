@@ -404,7 +404,7 @@ def projected_in(monkeypatch: pytest.MonkeyPatch, payload: bytes) -> list[Any]:
 
     monkeypatch.setattr(wire, "projected", spy_many)
     monkeypatch.setattr(wire, "object_of", spy_one)
-    monkeypatch.setattr(frame, "READS", frame.ReadOnce(16))
+    monkeypatch.setattr(frame, "READS", frame.ReadOnce(1 << 20))
     run_function(*wire.split(payload))
     return [view_of(obj).to_dict() for obj in seen]
 
@@ -507,7 +507,7 @@ def test_a_launcher_is_read_again_only_once_what_a_class_reads_of_it_changes(mon
     reordered = with_launchers_in_another_order(steady)
     assert bytes(wire.split(reordered)[1]["launchers"]) != bytes(wire.split(steady)[1]["launchers"])
 
-    monkeypatch.setattr(frame, "READS", frame.ReadOnce(16))
+    monkeypatch.setattr(frame, "READS", frame.ReadOnce(1 << 20))
     reads: list[Any] = []
     real = gpuclass.read_launcher
     monkeypatch.setattr(gpuclass, "read_launcher", lambda pod: reads.append(pod) or real(pod))
@@ -518,19 +518,44 @@ def test_a_launcher_is_read_again_only_once_what_a_class_reads_of_it_changes(mon
     assert found == [(3, 1), (3, 1), (3, 1), (3, 1), (4, 2)]
 
 
-def test_what_was_read_of_an_object_is_forgotten_least_recently_read_first():
-    reads = frame.ReadOnce(2)
-    seen: list[str] = []
-
+def reading_nodes(seen: list[str]) -> Callable[[Any], str]:
     def node(pod: Any) -> str:
         seen.append(pod.str("spec", "nodeName"))
         return seen[-1]
 
+    return node
+
+
+def pod_on(node: str) -> struct_pb2.Struct:
+    pod = struct_pb2.Struct()
+    pod.update({"spec": {"nodeName": node}})
+    return pod
+
+
+SMALL = len(pod_on("a").SerializeToString(deterministic=True))
+
+
+def test_what_was_read_of_an_object_is_forgotten_least_recently_read_first():
+    reads, seen = frame.ReadOnce(2 * SMALL), []  # room for two
+    node = reading_nodes(seen)
     for name in ("a", "b", "a", "c", "a", "b"):
-        pod = struct_pb2.Struct()
-        pod.update({"spec": {"nodeName": name}})
-        assert reads.read(node, pod) == name
+        assert reads.read(node, pod_on(name)) == name
     assert seen == ["a", "b", "c", "b"]  # "b" was the least recently read when "c" came
+
+
+def test_what_is_remembered_is_bounded_by_the_size_of_the_objects_read():
+    """A large object (an InstanceType is 2.5 KiB) takes the room of many small ones."""
+    reads, seen = frame.ReadOnce(10 * SMALL), []
+    node = reading_nodes(seen)
+    for name in "abcdefghij":
+        reads.read(node, pod_on(name))
+    large = pod_on("k" * 4 * SMALL)  # about five small ones
+    reads.read(node, large)
+    assert reads.held <= reads.budget
+    seen.clear()
+    for name in ("j", "i", "k" * 4 * SMALL, "a"):
+        reads.read(node, pod_on(name))
+    assert seen == ["a"]  # the newest kept, the oldest forgotten for the large one's room
 
 
 def test_where_the_strings_cannot_tell_a_class_parses_of_each_state_only_what_it_reads(
