@@ -328,4 +328,10 @@ def plain(value: Any) -> Any:
     return value
 
 
+def passed_on(value: Any) -> Any:
+    """A value a handler passes on as it observed it: a view of a Struct as it is (the frame
+    copies it whole, at protobuf speed), anything else as plain data."""
+    return value if message_of(value) is not None else plain(value)
+
+
 EMPTY: View = DictView({})

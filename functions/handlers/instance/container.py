@@ -23,7 +23,7 @@ from functions.handlers.instance.outcome import (
     refused,
 )
 from functions.handlers.instance.pod import PodInputs, render_pod, render_service
-from functions.views import View
+from functions.views import View, passed_on
 
 # The RuntimeClass each manufacturer's container toolkit installs (T-Head's needs none).
 RUNTIME_CLASSES = {
@@ -102,11 +102,11 @@ def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:
         None,
     )
     if observed_main is not None and observed_main.has("resources"):
-        pod["spec"]["containers"][0]["resources"] = observed_main.view("resources")
+        pod["spec"]["containers"][0]["resources"] = passed_on(observed_main.view("resources"))
     for field in ("nodeSelector", "affinity", "runtimeClassName"):
         kept = observed.get("spec", field)
         if kept is not None:
-            pod["spec"][field] = kept
+            pod["spec"][field] = passed_on(kept)
         else:
             pod["spec"].pop(field, None)
 
