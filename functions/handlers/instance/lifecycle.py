@@ -84,7 +84,8 @@ class TypeRead:
     """What an Instance reads of its InstanceType. Every Instance of a type reads the same
     published status, and reading it through the Structs was a fifth of an Instance's call: it
     is read once while the type is unchanged (`Request.required_read`), and what it offers is
-    handed out read-only. An unreadable status is kept as its error, which is read alike."""
+    handed out read-only. An unreadable status is kept too, as its error: it is read again
+    once the type changes."""
 
     draining: bool
     deleting: bool

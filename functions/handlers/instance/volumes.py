@@ -184,8 +184,8 @@ def held_host_mounts(pod: View | None) -> list[HostMount]:
 
 
 def host_path_refusals(spec: View, allowed: bool, pod: View | None) -> list[Refusal]:
-    wanted = list(wanted_host_mounts(spec))
-    if allowed or not wanted:
+    asked = list(wanted_host_mounts(spec))
+    if allowed or not asked:
         return []
     held = held_host_mounts(pod)  # read only where the gate is shut and host paths asked for
     return [
@@ -194,8 +194,8 @@ def host_path_refusals(spec: View, allowed: bool, pod: View | None) -> list[Refu
             f'mounting a host path is not allowed: enable the Catalog\'s "{HOST_PATH_GATE}" setting to allow it',
             reasons.HOST_PATH_NOT_ALLOWED,
         )
-        for index, mount_wanted in wanted
-        if not any(mount.covers(mount_wanted) for mount in held)
+        for index, wanted in asked
+        if not any(mount.covers(wanted) for mount in held)
     ]
 
 
