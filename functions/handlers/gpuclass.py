@@ -96,9 +96,9 @@ def compose(request: Request) -> Desired:
     if problem is not None:  # what the schema refuses: a Fatal result naming the field
         desired.fatal(f"{problem[0]}: {problem[1]}", reasons.INVALID_GPU_CLASS)
         return desired
-    spec = request.xr.view("spec")
-    resource = spec.str("source", "devicePlugin", "resourceName")
-    conflict = conflicting_class_of(read_offer(request.xr), offers(request, "classes") or [])
+    spec, own = request.xr.view("spec"), read_offer(request.xr)
+    resource = own.resource
+    conflict = conflicting_class_of(own, offers(request, "classes") or [])
     vm_resources = permitted_resources(request) or frozenset()
     permitted = resource in vm_resources
     license_problem = license_missing(request, spec)
