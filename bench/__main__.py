@@ -27,13 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import cluster, e2e, measure, requests
+from bench import cluster, e2e, least, measure, requests
 from bench.noop import LIMIT
 from functions import frame
 from functions.handlers import gpuclass
 from functions.handlers.inputs import MEMO
 from functions.memory import IDLE_SECONDS
-from functions.server import INLINE_MAX_BYTES
+from functions.server import INLINE_MAX_BYTES, serve_bytes
 
 MIB = 2**20
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_NODES", "1000,5000,20000").split(","))
@@ -44,6 +44,7 @@ GRPC_PAIRS = {1000: 15, 5000: 7, 20000: 3}
 LATENCY_CALLS = 200
 POOLS = ("catalog", "instancetype")  # the handlers that read node summaries
 MEMOS = (*POOLS, "gpuclass")  # the handlers that remember what they read of each node
+LEAST = "least answer"  # bench/least.py: a bound on what an unchanged Devices can cost
 CHURN = 0.05  # the share of a pool's nodes whose summary changed since its last reconcile
 
 
@@ -102,7 +103,8 @@ def in_process(size: int, built: dict) -> dict[str, Any]:
     (nothing changed), a request whose nodes changed by CHURN since the last one (a busy pool:
     the target applies here), and with the memo emptied before every run (a worker's first
     sight of the pool). A small request is also measured as the do-nothing SDK function
-    handles it (parse, `response.to`, serialise): what any function pays beyond the parse."""
+    handles it (parse, `response.to`, serialise): what any function pays beyond the parse; an
+    unchanged Devices also as bench/least.py answers it, a bound on what the handler can cost."""
     print("\n  in process: protobuf parse (floor) vs parse + handle + serialise, interleaved")
     found = {}
     count = IN_PROCESS_PAIRS.get(size, 7)
@@ -114,9 +116,11 @@ def in_process(size: int, built: dict) -> dict[str, Any]:
             runs[f"{name}, memo emptied"] = measure.floor_and_full(b.payload, count, forget)
         if len(b.payload) <= INLINE_MAX_BYTES:  # what the target leaves a small request
             runs[f"{name}, do-nothing"] = measure.floor_and_do_nothing(b.payload, count)
+        if name == "devices (unchanged)":
+            runs[f"{name}, {LEAST}"] = least_answer(b.payload, count)
         for label, pairs in runs.items():
             at_size = size == TARGET_SIZE or name.startswith("devices")  # a node's own
-            ours = not label.endswith("do-nothing")
+            ours = not label.endswith(("do-nothing", LEAST))
             applies = ours and at_size and (b.handler not in MEMOS or "changed" in label)
             target = verdict(pairs.ratio, FLOOR_TARGET, applies)
             print(
@@ -129,6 +133,13 @@ def in_process(size: int, built: dict) -> dict[str, Any]:
                 "ratio": pairs.ratio,
             }
     return found
+
+
+def least_answer(payload: bytes, count: int) -> measure.Pairs:
+    """The floor against bench/least.py's answer, checked to be ours byte for byte first."""
+    if least.answer(payload) != serve_bytes(payload)[0]:
+        raise SystemExit("bench/least.py no longer gives the devices handler's answer: fix it")
+    return measure.floor_and(payload, count, least.answer)
 
 
 def over_grpc(size: int, built: dict, old: dict) -> dict[str, Any]:

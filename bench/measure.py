@@ -88,11 +88,16 @@ def floor_and_full(
 def floor_and_do_nothing(payload: bytes, count: int) -> Pairs:
     """The floor against the do-nothing SDK function's whole path in process (bench/noop.py's:
     parse, `response.to`, serialise)."""
-    return pairs(
-        lambda: fnv1.RunFunctionRequest.FromString(payload),
-        lambda: response.to(fnv1.RunFunctionRequest.FromString(payload)).SerializeToString(),
+    return floor_and(
+        payload,
         count,
+        lambda p: response.to(fnv1.RunFunctionRequest.FromString(p)).SerializeToString(),
     )
+
+
+def floor_and(payload: bytes, count: int, path: Callable[[bytes], object]) -> Pairs:
+    """The floor against another whole path from the request's bytes (bench/least.py's)."""
+    return pairs(lambda: fnv1.RunFunctionRequest.FromString(payload), lambda: path(payload), count)
 
 
 def floor_and_full_each(payloads: list[bytes]) -> Pairs:

@@ -22,6 +22,9 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
+from bench import cluster as bench_cluster
+from bench import least
+from bench import requests as bench_requests
 from functions import frame, pipeline, views
 from functions.core import names
 from functions.core.devices import parse_spec
@@ -33,7 +36,7 @@ from functions.handlers import catalog, devices, inputs, instancetype
 from functions.handlers.base import Request
 from functions.handlers.desired import Desired
 from functions.handlers.instance import lifecycle
-from functions.server import run_function
+from functions.server import run_function, serve_bytes
 from functions.views import StructView
 from tests.support.schemas import ROOT
 from tests.test_mig import MIG_3G_ON_GPU0, h100_node
@@ -455,6 +458,13 @@ def test_an_unchanged_devices_returns_its_status_and_objects_without_recomputing
     assert again.ready == {"worker": True, "device-manager": True, "summary": True}
     assert again.results == first.results  # the conflict is still reported, from the status
     assert [r.reason for r in again.results] == ["AllocationConflict"]
+
+
+def test_the_benchs_least_answer_is_the_devices_handlers_answer_byte_for_byte():
+    """bench/least.py bounds the devices handler's floor ratio only while it answers as the
+    handler does (the bench checks it too, before it times anything)."""
+    built = bench_requests.devices_requests(bench_cluster.build(8))["devices (unchanged)"]
+    assert least.answer(built.payload) == serve_bytes(built.payload)[0]
 
 
 CHANGES = [
