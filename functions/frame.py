@@ -242,12 +242,12 @@ def request_of(
 ) -> Request:
     """The handler's view of `req`, whose required resources `held` holds back encoded, if
     any (`wire.split`)."""
-    return _request_of(req, _Required(req, held or {}))
+    return _request_of(req, _Required(req, held or {}), Protocol.of(req))
 
 
-def _request_of(req: fnv1.RunFunctionRequest, required: _Required) -> Request:
+def _request_of(req: fnv1.RunFunctionRequest, required: _Required, protocol: Protocol) -> Request:
     observed = {name: r.resource for name, r in req.observed.resources.items()}
-    kept = Protocol.of(req).filters_namespaces
+    kept = protocol.filters_namespaces
     composite = req.observed.composite.resource
     return Request(composite, observed, required, None, req.input, kept, required)
 
@@ -258,8 +258,8 @@ def run(
     """Run `handler` on `req` (its required resources held back in `held`, if any) inside the
     frame; never raises."""
     required = _Required(req, held or {})
-    request = _request_of(req, required)
     protocol = Protocol.of(req)
+    request = _request_of(req, required, protocol)
     try:
         check_composite(request, handler)
         requirements = handler.requirements(request)

@@ -89,18 +89,22 @@ class Workers:
             self.count, mp_context=context, initializer=_worker_started, initargs=(self.debug,)
         )
 
-    async def run(self, payload: bytes) -> tuple[bytes, bytes, str]:
-        """The call's answer: a small request is handled here, on the loop (it never waits
-        behind a large one, nor for a free worker); the rest by a worker."""
+    async def run(self, payload: bytes) -> tuple[bytes, fnv1.RunFunctionResponse, str]:
+        """The call's answer, what metrics read of it, and the handler: a small request is
+        handled here, on the loop (it never waits behind a large one, nor for a free worker);
+        the rest by a worker, which hands back only the part of its response metrics read."""
         if len(payload) <= INLINE_MAX_BYTES:
             return serve_bytes(payload)
         pool = self.pool
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, serve_in_worker, payload)
+            answer, told, handler = await asyncio.get_running_loop().run_in_executor(
+                pool, serve_in_worker, payload
+            )
         except BrokenProcessPool:
             if self.pool is pool:
                 self.pool = self._start()
             raise
+        return answer, fnv1.RunFunctionResponse.FromString(told), handler
 
     def warm(self) -> None:
         """Start every worker now, rather than on the first calls."""
@@ -127,10 +131,13 @@ def _ready() -> bool:
 
 
 def serve_in_worker(payload: bytes) -> tuple[bytes, bytes, str]:
-    """`serve_bytes` in a worker: what the request took goes back once the worker is idle."""
+    """`serve_bytes` in a worker, which hands the server the part of the response metrics
+    read (its results, conditions and composite's phase), so the server never parses a large
+    message; what the request took goes back once the worker is idle."""
     WORKER_MEMORY.started()
     try:
-        return serve_bytes(payload)
+        answer, rsp, handler = serve_bytes(payload)
+        return answer, metrics.summary_of(rsp).SerializeToString(), handler
     finally:
         WORKER_MEMORY.done()
 
@@ -138,17 +145,14 @@ def serve_in_worker(payload: bytes) -> tuple[bytes, bytes, str]:
 WORKER_MEMORY = memory.IdleTrim()  # each worker's own: its thread starts after the fork
 
 
-def serve_bytes(payload: bytes) -> tuple[bytes, bytes, str]:
-    """One call in a worker: the response's bytes, the part of it metrics read (its results,
-    conditions and composite's phase, so the server never parses a large message), and the
-    handler."""
+def serve_bytes(payload: bytes) -> tuple[bytes, fnv1.RunFunctionResponse, str]:
+    """One call: the response's bytes, the response (for metrics), and the handler."""
     if len(payload) > INLINE_MAX_BYTES:  # its objects parsed only where, and as far as, read
         req, held = wire.split(payload)
     else:
         req, held = fnv1.RunFunctionRequest.FromString(payload), {}
     rsp = run_function(req, held)
-    told = metrics.summary_of(rsp).SerializeToString()
-    return rsp.SerializeToString(deterministic=True), told, handler_name(req)
+    return rsp.SerializeToString(deterministic=True), rsp, handler_name(req)
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
@@ -176,7 +180,7 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             self.memory.started()
         started = time.perf_counter()
         try:
-            answer, told, handler = await self.workers.run(payload)
+            answer, summary, handler = await self.workers.run(payload)
         except DecodeError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unreadable request: {error}")
         except BrokenProcessPool:
@@ -185,7 +189,6 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             self.in_flight -= 1
             if large:
                 self.memory.done()
-        summary = fnv1.RunFunctionResponse.FromString(told)
         metrics.function_metrics().observe(
             handler, len(payload), time.perf_counter() - started, summary
         )
