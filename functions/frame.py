@@ -135,10 +135,15 @@ class _Required(Mapping[str, Sequence[struct_pb2.Struct]]):
         return None if found is None else list(found)
 
     def _read_each(self, name: str, read: Callable[[View], Any]) -> list[Any] | None:
+        paths = self.reads.get(name)
         if name not in self.held:
             objects = self.get(name)
-            return None if objects is None else [READS.read(read, obj) for obj in objects]
-        parse = functools.partial(wire.object_of, paths=self.reads.get(name))
+            if objects is None:
+                return None
+            if paths:  # what the requirement reads of each, as of one held back
+                objects = [wire.struct_projected(obj, paths) for obj in objects]
+            return [READS.read(read, obj) for obj in objects]
+        parse = functools.partial(wire.object_of, paths=paths)
         items = _parsed(name, wire.objects_in, self.held[name])
         return [READS.read(read, _parsed(name, parse, item)) for item in items]
 

@@ -29,8 +29,9 @@ more than the handlers' own work. The readings here avoid that:
   whole object. A launcher Pod's metadata and status conditions, or a Node's images,
   `managedFields` and node labeller's labels (most of its 28 KiB), are never parsed.
 - `objects_in` and `object_of`: each object's bytes as they came, and one object parsed from
-  them (whole, or projected). The frame reads an object through a handler's reader only when
-  it has not read the same before (`frame.ReadOnce`): a class's launcher Pods.
+  them (whole, or projected); `struct_projected` keeps the same of an object parsed already.
+  The frame reads an object through a handler's reader only when it has not read the same
+  before (`frame.ReadOnce`): a class's launcher Pods.
 """
 
 from __future__ import annotations
@@ -227,6 +228,35 @@ def object_of(encoded: bytes, paths: tuple[Path, ...] | None) -> struct_pb2.Stru
     if paths is None:
         return fnv1.Resource.FromString(encoded).resource
     return _project(_OBJECT.FromString(encoded), _plan(tuple(paths)))
+
+
+def struct_projected(obj: struct_pb2.Struct, paths: Sequence[Path]) -> struct_pb2.Struct:
+    """What `object_of` keeps at `paths` of an object that came parsed already (a small
+    request is parsed whole): the frame reads and remembers each object by what the
+    requirement reads of it, however it came."""
+    found = struct_pb2.Struct()
+    for top, wanted in _plan(tuple(paths)):
+        value = obj.fields.get(top)
+        if value is not None:
+            _keep_parsed(value.struct_value.fields, wanted, found, top)
+    return found
+
+
+def _keep_parsed(
+    fields: Any, wanted: Mapping[str, set[str] | None], parent: struct_pb2.Struct, key: str
+) -> None:
+    """As `_keep`, into `parent[key]`, made only where a wanted value is there."""
+    if not any(name in fields for name in wanted):
+        return
+    into = parent.fields[key].struct_value
+    for name, inner in wanted.items():
+        value = fields.get(name)
+        if value is None:
+            continue
+        if inner is None:
+            into.fields[name].CopyFrom(value)
+        else:
+            _keep_parsed(value.struct_value.fields, dict.fromkeys(inner), into, name)
 
 
 def _project(item: Any, plan: list[tuple[str, dict[str, set[str] | None]]]) -> struct_pb2.Struct:

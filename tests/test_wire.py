@@ -153,6 +153,21 @@ def test_a_projected_object_reads_as_the_whole_one_at_every_path_it_keeps(object
             assert plain(view_of(part).get(*path)) == plain(view_of(whole.resource).get(*path))
 
 
+@given(
+    st.lists(st.dictionaries(KEY, NESTED, max_size=3), max_size=4),
+    st.lists(st.lists(KEY, min_size=2, max_size=3).map(tuple), max_size=4),
+)
+def test_an_object_that_came_parsed_is_projected_as_one_held_back(objects, paths):
+    """A small request comes parsed whole: the frame keeps of each object what it would keep
+    of the same object held back as bytes, so the two read, and are remembered, alike."""
+    resources = fnv1.Resources()
+    for obj in objects:
+        resources.items.add().resource.update(obj)
+    encoded = wire.objects_in(resources.SerializeToString())
+    for item, held in zip(resources.items, encoded, strict=True):
+        assert wire.struct_projected(item.resource, paths) == wire.object_of(held, tuple(paths))
+
+
 def test_a_projected_object_leaves_out_what_no_path_names():
     resources = fnv1.Resources()
     resources.items.add().resource.update(
@@ -445,8 +460,11 @@ def test_a_class_reads_the_states_from_their_strings_and_of_each_launcher_what_i
     ]
 
 
-def class_status(payload: bytes) -> dict[str, Any]:
-    return plain(run_function(*wire.split(payload)).desired.composite.resource)["status"]
+def class_status(payload: bytes, held: bool = True) -> dict[str, Any]:
+    """The class's status from `payload`, its objects held back as bytes (as a worker parses a
+    large request) or parsed whole (as the server parses a small one)."""
+    req = wire.split(payload) if held else (fnv1.RunFunctionRequest.FromString(payload), {})
+    return plain(run_function(*req).desired.composite.resource)["status"]
 
 
 def _field(number: int, value: bytes) -> bytes:
@@ -492,10 +510,12 @@ def with_launchers_in_another_order(payload: bytes) -> bytes:
     return payload + _field(number, _field(1, b"launchers") + _field(2, items))
 
 
-def test_a_launcher_is_read_again_only_once_what_a_class_reads_of_it_changes(monkeypatch):
+@pytest.mark.parametrize("held", [True, False], ids=["held back", "parsed whole"])
+def test_a_launcher_is_read_again_only_once_what_a_class_reads_of_it_changes(monkeypatch, held):
     """A class is reconciled every 30 s and its launchers rarely change between: each is read
     once while what the class reads of it stays the same — in whatever order its maps come,
-    whatever else of it changes — and anew (its units freed) once its VM has stopped."""
+    whatever else of it changes, however the request came — and anew (its units freed) once
+    its VM has stopped."""
     objects = gpu_class_cluster()
     steady = class_request(objects, "example-whole-gpu")
     (launcher,) = of_kind(objects, "Pod")
@@ -513,7 +533,7 @@ def test_a_launcher_is_read_again_only_once_what_a_class_reads_of_it_changes(mon
     monkeypatch.setattr(gpuclass, "read_launcher", lambda pod: reads.append(pod) or real(pod))
     found = []
     for payload in (steady, steady, reordered, updated, stopped):
-        found.append((class_status(payload)["free"], len(reads)))
+        found.append((class_status(payload, held)["free"], len(reads)))
     # gpu-a has 4 units, 1 held by the running launcher, until it stops
     assert found == [(3, 1), (3, 1), (3, 1), (3, 1), (4, 2)]
 
