@@ -45,7 +45,7 @@ from functions.handlers.instance.outcome import (
     refused,
     started,
 )
-from functions.views import ListView, View
+from functions.views import ListView, View, passed_on
 
 LICENSE_DISK = "gpulicense"
 LICENSE_SERIAL = "GPULICENSE"
@@ -438,7 +438,7 @@ def same_quantity(observed: Any, wanted: Any) -> bool:
 
 def as_observed(obj: View) -> dict:
     """An observed object composed as it is: its identity, its labels but Crossplane's, its spec
-    (a VMI) or data (a Secret)."""
+    (a VMI, KubeVirt's defaults and all, copied whole by the frame) or data (a Secret)."""
     metadata: dict = {"name": obj.name, "namespace": obj.namespace}
     kept = {k: v for k, v in obj.labels().items() if not k.startswith("crossplane.io/")}
     if kept:
@@ -446,7 +446,7 @@ def as_observed(obj: View) -> dict:
     found = {"apiVersion": obj.str("apiVersion"), "kind": obj.str("kind"), "metadata": metadata}
     for key in ("type", "spec", "data"):
         if obj.has(key):
-            found[key] = obj.get(key) if key == "type" else obj.view(key).to_dict()
+            found[key] = obj.get(key) if key == "type" else passed_on(obj.view(key))
     return found
 
 
