@@ -6,7 +6,8 @@ API server and Crossplane added. `answer` builds that same response — byte for
 handler returns, which `make bench` checks before it times anything — with protobuf copies
 alone: no view, no handler, no Python per value. It checks none of the inputs the handler must
 check before it may answer so (the spec, the Catalog's settings, the Node), so it costs less
-than any correct handler: what it measures against the floor is a lower bound for ours.
+than any correct handler that answers from the parsed request, as ours and every SDK function
+do: what it measures against the floor bounds theirs from below.
 """
 
 from __future__ import annotations
