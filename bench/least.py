@@ -12,6 +12,8 @@ do: what it measures against the floor bounds theirs from below.
 
 from __future__ import annotations
 
+from typing import Any
+
 from crossplane.function import response
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
@@ -46,9 +48,10 @@ def answer(payload: bytes) -> bytes:
     return rsp.SerializeToString(deterministic=True)
 
 
-def _as_desired(fields) -> None:
-    """An observed object's fields as it was desired: no status, only its name, namespace,
-    labels and annotations of its metadata, and none of Crossplane's keys among those."""
+def _as_desired(fields: Any) -> None:
+    """An observed object's fields (a Struct's map) as it was desired, as `inputs.as_desired`
+    makes it: no status, only its name, namespace, labels and annotations of its metadata, and
+    none of Crossplane's keys among those."""
     if "status" in fields:
         del fields["status"]
     metadata = fields["metadata"].struct_value.fields
