@@ -232,31 +232,9 @@ def object_of(encoded: bytes, paths: tuple[Path, ...] | None) -> struct_pb2.Stru
 
 def struct_projected(obj: struct_pb2.Struct, paths: Sequence[Path]) -> struct_pb2.Struct:
     """What `object_of` keeps at `paths` of an object that came parsed already (a small
-    request is parsed whole): the frame reads and remembers each object by what the
-    requirement reads of it, however it came."""
-    found = struct_pb2.Struct()
-    for top, wanted in _plan(tuple(paths)):
-        value = obj.fields.get(top)
-        if value is not None:
-            _keep_parsed(value.struct_value.fields, wanted, found, top)
-    return found
-
-
-def _keep_parsed(
-    fields: Any, wanted: Mapping[str, set[str] | None], parent: struct_pb2.Struct, key: str
-) -> None:
-    """As `_keep`, into `parent[key]`, made only where a wanted value is there."""
-    if not any(name in fields for name in wanted):
-        return
-    into = parent.fields[key].struct_value
-    for name, inner in wanted.items():
-        value = fields.get(name)
-        if value is None:
-            continue
-        if inner is None:
-            into.fields[name].CopyFrom(value)
-        else:
-            _keep_parsed(value.struct_value.fields, dict.fromkeys(inner), into, name)
+    request is parsed whole), taken the same way from its bytes: the frame reads and remembers
+    each object by what the requirement reads of it, however it came."""
+    return object_of(fnv1.Resource(resource=obj).SerializeToString(), tuple(paths))
 
 
 def _project(item: Any, plan: list[tuple[str, dict[str, set[str] | None]]]) -> struct_pb2.Struct:
