@@ -4,7 +4,8 @@ Ours is the `function` console script as Crossplane starts it (`--insecure`; its
 4 worker processes, 64 MiB receive limit); the baseline is bench/noop.py, an SDK function
 returning `response.to(req)` served by the SDK's runtime with the same limits. The client sends
 the request's bytes as they are and takes the answer's bytes, so neither side pays for the
-client's protobuf work. Memory is read from /proc: each server's resident set, with its worker
+client's protobuf work. A third server, ours with the handlers' rules skipped
+(bench/remembering.py), splits an Instance's latency into the server's part and the rules'. Memory is read from /proc: each server's resident set, with its worker
 processes, and the peak (VmHWM) of its largest process.
 """
 
@@ -107,6 +108,12 @@ def ours() -> contextlib.AbstractContextManager[Server]:
 
 def do_nothing() -> contextlib.AbstractContextManager[Server]:
     return serving("do-nothing SDK function", [sys.executable, "-m", "bench.noop"])
+
+
+def remembering() -> contextlib.AbstractContextManager[Server]:
+    """Ours with the handlers' rules skipped (bench/remembering.py), as ours is served."""
+    argv = [sys.executable, "-m", "bench.remembering", "--insecure", "--address"]
+    return serving("function-gpustack, rules skipped", argv)
 
 
 WORKERS = 4  # our server's default worker processes

@@ -13,6 +13,7 @@ Figures and messages here are what users and other releases depend on; no test t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from typing import Any
@@ -23,7 +24,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf import struct_pb2
 
 from bench import cluster as bench_cluster
-from bench import least
+from bench import least, remembering
 from bench import requests as bench_requests
 from functions import frame, pipeline, views
 from functions.core import names
@@ -32,7 +33,7 @@ from functions.core.ledger import build_ledger
 from functions.core.pools import NodeSummary, accelerator_views, summarize_devices
 from functions.core.status import StatusError
 from functions.core.status import summary as node_summary
-from functions.handlers import catalog, devices, inputs, instancetype
+from functions.handlers import HANDLERS, catalog, devices, inputs, instancetype
 from functions.handlers.base import Request
 from functions.handlers.desired import Desired
 from functions.handlers.instance import lifecycle
@@ -465,6 +466,22 @@ def test_the_benchs_least_answer_is_the_devices_handlers_answer_byte_for_byte():
     handler does (the bench checks it too, before it times anything)."""
     built = bench_requests.devices_requests(bench_cluster.build(8))["devices (unchanged)"]
     assert least.answer(built.payload) == serve_bytes(built.payload)[0]
+
+
+@pytest.mark.parametrize("name", ["instance (VM)", "instance (Container)"])
+def test_the_benchs_server_with_the_rules_skipped_answers_as_ours(monkeypatch, name):
+    """bench/remembering.py times our server and frame alone only while it answers the request
+    it is sent again and again as ours does, and runs the handler's rules once."""
+    payload = bench_requests.build_all(bench_cluster.build(8))[name].payload
+    ours = serve_bytes(payload)[0]
+    composed = []
+    handler = HANDLERS["instance"]
+    counted = dataclasses.replace(
+        handler, compose=lambda r: composed.append(1) or handler.compose(r)
+    )
+    monkeypatch.setitem(HANDLERS, "instance", remembering.remembering(counted))
+    assert [serve_bytes(payload)[0] for _ in range(3)] == [ours] * 3
+    assert composed == [1]
 
 
 CHANGES = [
