@@ -5,8 +5,9 @@ Ours is the `function` console script as Crossplane starts it (`--insecure`; its
 returning `response.to(req)` served by the SDK's runtime with the same limits. The client sends
 the request's bytes as they are and takes the answer's bytes, so neither side pays for the
 client's protobuf work. A third server, ours with the handlers' rules skipped
-(bench/remembering.py), splits an Instance's latency into the server's part and the rules'. Memory is read from /proc: each server's resident set, with its worker
-processes, and the peak (VmHWM) of its largest process.
+(bench/remembering.py), splits an Instance's latency into the server's part and the rules'.
+Memory is read from /proc: each server's resident set, with its worker processes, and the peak
+(VmHWM) of its largest process.
 """
 
 from __future__ import annotations

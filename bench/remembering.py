@@ -18,36 +18,33 @@ handlers afresh.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from functions import server
 from functions.handlers import HANDLERS
-from functions.handlers.base import Handler, Request
+from functions.handlers.base import Handler, Request, Requirement
+from functions.handlers.desired import Desired
 
 
 def remembering(handler: Handler) -> Handler:
     """`handler`, its requirements and its composition run on the first call only."""
-    first: dict[str, Any] = {}
+    required: list[dict[str, Requirement]] = []
+    composed: list[Desired] = []
 
-    def requirements(request: Request) -> Any:
-        if "requirements" not in first:
-            first["requirements"] = handler.requirements(request)
-        return first["requirements"]
+    def requirements(request: Request) -> dict[str, Requirement]:
+        if not required:
+            required.append(handler.requirements(request))
+        return required[0]
 
-    def compose(request: Request) -> Any:
-        if "desired" not in first:
-            first["desired"] = handler.compose(request)
-        return first["desired"]
+    def compose(request: Request) -> Desired:
+        if not composed:
+            composed.append(handler.compose(request))
+        return composed[0]
 
     return dataclasses.replace(handler, requirements=requirements, compose=compose)
 
 
-def remember_every_handler() -> None:
-    HANDLERS.update({name: remembering(handler) for name, handler in HANDLERS.items()})
-
-
 def main() -> None:
-    remember_every_handler()
+    HANDLERS.update({name: remembering(handler) for name, handler in HANDLERS.items()})
     server.main()
 
 
