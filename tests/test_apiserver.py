@@ -236,6 +236,44 @@ CASES = [
         valid=catalog(vmNodeSelector={"pool": "vm-nodes", "empty": ""}),
     ),
     Case(
+        "the Catalog's flavor tolerations never tolerate the node lifecycle's taints",
+        write=catalog(
+            acceleratedFlavorTolerations=[
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists"}
+            ]
+        ),
+        refused='spec.acceleratedFlavorTolerations[0]: Invalid value: "object": the node lifecycle\'s taints (node.kubernetes.io/..., node.cloudprovider.kubernetes.io/...) are never tolerated: a Pod on a lost or cordoned node must be evicted and placed again',
+        valid=catalog(acceleratedFlavorTolerations=[{"key": "dedicated", "operator": "Exists"}]),
+    ),
+    Case(
+        "an Exists flavor toleration has no value",
+        write=catalog(
+            acceleratedFlavorTolerations=[
+                {"key": "dedicated", "operator": "Exists", "value": "gpu"}
+            ]
+        ),
+        refused='spec.acceleratedFlavorTolerations[0]: Invalid value: "object": an Exists toleration has no value; drop it, or use Equal',
+        valid=catalog(acceleratedFlavorTolerations=[{"key": "dedicated", "value": "gpu"}]),
+    ),
+    Case(
+        "a flavor toleration's key is a label key",
+        write=catalog(acceleratedFlavorTolerations=[{"key": "gpu nodes"}]),
+        refused="spec.acceleratedFlavorTolerations[0]: Invalid value: \"object\": a label key is an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+        valid=catalog(acceleratedFlavorTolerations=[{"key": "example.com/gpu-nodes"}]),
+    ),
+    Case(
+        "a flavor toleration's effect is a taint's",
+        write=catalog(acceleratedFlavorTolerations=[{"key": "dedicated", "effect": "NoEntry"}]),
+        refused='[spec.acceleratedFlavorTolerations[0].effect: Unsupported value: "NoEntry": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute", <nil>: Invalid value: "null": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]',
+        valid=catalog(acceleratedFlavorTolerations=[{"key": "dedicated", "effect": "NoSchedule"}]),
+    ),
+    Case(
+        "a flavor takes at most seven tolerations of the Catalog's (Kueue allows it eight)",
+        write=catalog(acceleratedFlavorTolerations=[{"key": f"k{i}"} for i in range(8)]),
+        refused="spec.acceleratedFlavorTolerations: Too many: 8: must have at most 7 items",
+        valid=catalog(acceleratedFlavorTolerations=[{"key": f"k{i}"} for i in range(7)]),
+    ),
+    Case(
         "a ClusterQueue's flavors give quota for every covered resource (Kueue's rule)",
         write=cluster_queue("cpu", "memory"),
         refused='spec.resourceGroups[0]: Invalid value: "object": flavors must have the same number of resources as the coveredResources',

@@ -29,6 +29,7 @@ UNREACHABLE = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
 DEFAULTS = default_tolerations([])
 EVERYTHING = {"operator": "Exists"}  # what flavors tolerated before: every taint
 GPU = {"key": "nvidia.com/gpu", "operator": "Exists"}
+DEDICATED_ANY = {"key": "dedicated", "operator": "Exists"}
 
 
 def test_the_node_loss_scenario_prints_what_it_recorded():
@@ -165,3 +166,68 @@ def test_a_node_that_comes_back_in_time_keeps_its_pod_and_loses_its_taints(world
     assert node_of(world) == "node-t4-a"
     assert "taints" not in world.get("Node", "node-t4-a").get("spec", {})
     assert "deletionTimestamp" not in world.get("Pod", "trainer", "default")["metadata"]
+
+
+# --- accelerator nodes tainted with another key -----------------------------------------------
+
+DEDICATED = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}  # the cluster's own
+
+
+@pytest.mark.parametrize(
+    ("tolerated", "flavor_tolerations", "node", "why"),
+    [
+        (
+            [],
+            [GPU],
+            None,
+            "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}.",
+        ),
+        (
+            [{"key": "dedicated", "value": "gpu"}],
+            [GPU, {"key": "dedicated", "operator": "Equal", "value": "gpu"}],
+            "node-t4-a",
+            "",
+        ),
+        ([{"key": "dedicated", "operator": "Exists"}, GPU], [GPU, DEDICATED_ANY], "node-t4-a", ""),
+    ],
+    ids=["not tolerated", "tolerated by value", "tolerated by key, the GPU taint once"],
+)
+def test_gpu_nodes_tainted_with_another_key_take_pods_once_the_catalog_tolerates_it(
+    tolerated, flavor_tolerations, node, why
+):
+    world = tainted_world(tolerated)
+    flavors = [
+        f for f in world.list("ResourceFlavor") if "nvidia-tesla-t4" in f["metadata"]["name"]
+    ]
+    assert flavors and all(f["spec"]["tolerations"] == flavor_tolerations for f in flavors)
+    assert node_of(world) == node
+    status = world.get("Instance", "trainer", "default")["status"]
+    assert (status["phase"], status.get("phaseMessage", "")) == (
+        ("Pending", why) if node is None else ("Ready", "")
+    )
+
+
+def test_a_pod_on_a_node_tainted_with_another_key_is_still_evicted_when_the_node_is_lost():
+    world = tainted_world([{"key": "dedicated", "operator": "Exists"}])
+    assert node_of(world) == "node-t4-a"
+    set_ready(world, "node-t4-a", "False")
+    world.reconcile()
+    lifecycle(world).sleep(300)
+    world.reconcile()
+    assert node_of(world) == "node-t4-b"
+
+
+def tainted_world(tolerated: list[dict]) -> World:
+    """The node-loss cluster with both GPU nodes tainted `dedicated=gpu:NoSchedule`, the
+    Catalog tolerating `tolerated`, after the Instance's first reconcile."""
+    world = world_from([NODE_LOSS / "devices.yaml", NODE_LOSS / "nodes.yaml"])
+    for name in ("node-t4-a", "node-t4-b"):
+        found = world.get("Node", name)
+        found.setdefault("spec", {})["taints"] = [DEDICATED]
+        world.api.apply(found)
+    cluster = load_documents(NODE_LOSS / "cluster.yaml")
+    catalog = next(d for d in cluster if d["kind"] == "Catalog")
+    catalog["spec"] = {"acceleratedFlavorTolerations": tolerated}
+    world.apply(*cluster, *load_documents(NODE_LOSS / "instance.yaml"))
+    world.reconcile()
+    return world

@@ -18,13 +18,14 @@ from google.protobuf import struct_pb2
 from functions.core.modes import Claim, Mode
 from functions.core.quantity import GIB
 from functions.core.requests import InstanceTypeFacts, Plan, plan
-from functions.core.settings import Settings, SettingsError
+from functions.core.settings import DEFAULTS, Settings, SettingsError
 from functions.handlers import instancetype, readiness
 from functions.handlers.base import Request
 from functions.handlers.instance import compose, pin
 from functions.handlers.instance.container import pod_phase
 from functions.handlers.instance.pod import PodInputs, render_pod
 from functions.views import DictView, View, view_of
+from tests.support.schemas import ROOT
 from tests.test_status import FIXTURES
 
 # --- a Pod's phase, mirrored into the Instance (reference §1.4) --------------------------------
@@ -526,6 +527,78 @@ def test_the_vm_nodes_are_the_selector_and_kubevirts_own_label():
         **sandbox,
         "kubevirt.io/schedulable": "true",
     }
+
+
+def test_the_catalog_xrd_names_every_setting_with_the_handlers_default():
+    xrd = yaml.safe_load((ROOT / "compositions" / "xrds" / "catalog.yaml").read_text())
+    schema = xrd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    properties = schema["properties"]["spec"]["properties"]
+    fields = {f.alias: getattr(DEFAULTS, name) for name, f in Settings.model_fields.items()}
+    assert set(properties) == set(fields)
+    for alias, default in fields.items():
+        assert properties[alias].get("default", default) == default, alias
+
+
+TOLERATED = [
+    (
+        [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}],
+        [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+    ),
+    (
+        [{"key": "example.com/gpu-pool", "operator": "Exists"}],
+        [{"key": "example.com/gpu-pool", "operator": "Exists"}],
+    ),
+    ([{"key": "sku", "operator": "Equal"}], [{"key": "sku", "operator": "Equal", "value": ""}]),
+]
+
+
+@pytest.mark.parametrize(("given", "tolerations"), TOLERATED)
+def test_flavor_tolerations_are_read_as_a_pod_spells_them(given, tolerations):
+    settings = Settings.from_spec({"acceleratedFlavorTolerations": given})
+    assert [t.toleration() for t in settings.accelerated_flavor_tolerations] == tolerations
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "message"),
+    [
+        (
+            [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+            "spec.acceleratedFlavorTolerations[0].key",
+            "the node lifecycle's taints (node.kubernetes.io/..., "
+            "node.cloudprovider.kubernetes.io/...) are never tolerated: a Pod on a lost or "
+            "cordoned node must be evicted and placed again (got 'node.kubernetes.io/not-ready'); "
+            "fix the Catalog default",
+        ),
+        (
+            [{"key": "dedicated"}, {"key": "gpu", "operator": "Exists", "value": "yes"}],
+            "spec.acceleratedFlavorTolerations[1]",
+            "an Exists toleration has no value; drop it, or use Equal (got {'key': 'gpu', "
+            "'operator': 'Exists', 'value': 'yes'}); fix the Catalog default",
+        ),
+        (
+            [{"operator": "Exists"}],
+            "spec.acceleratedFlavorTolerations[0].key",
+            "field required (got {'operator': 'Exists'}); fix the Catalog default",
+        ),
+        (
+            [{"key": "dedicated", "effect": ""}],
+            "spec.acceleratedFlavorTolerations[0].effect",
+            "input should be 'NoSchedule', 'PreferNoSchedule' or 'NoExecute' (got ''); fix the "
+            "Catalog default",
+        ),
+        (
+            [{"key": f"k{i}"} for i in range(8)],
+            "spec.acceleratedFlavorTolerations",
+            "list should have at most 7 items after validation, not 8 (got "
+            + repr([{"key": f"k{i}"} for i in range(8)])
+            + "); fix the Catalog default",
+        ),
+    ],
+)
+def test_flavor_tolerations_are_refused_by_field(given, field, message):
+    with pytest.raises(SettingsError) as error:
+        Settings.from_spec({"acceleratedFlavorTolerations": given})
+    assert (error.value.field, error.value.message) == (field, message)
 
 
 # --- one unreadable node summary never stops a pool ---------------------------------------------

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from functions.core import dialects, labels, names
 
@@ -37,6 +37,50 @@ def _matching(pattern: str, rule: str) -> AfterValidator:
 
 LabelKey = Annotated[str, _matching(labels.LABEL_KEY_PATTERN, LABEL_KEY_RULE)]
 LabelValue = Annotated[str, _matching(labels.LABEL_VALUE_PATTERN, LABEL_VALUE_RULE)]
+
+# The taints Kubernetes' node lifecycle sets (not-ready, unreachable, unschedulable, the
+# pressures, out-of-service; a cloud's uninitialized and shutdown): a Pod tolerating one could be
+# placed on, or outlive, a lost or cordoned node.
+LIFECYCLE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+LIFECYCLE_TAINT_RULE = (
+    "the node lifecycle's taints (node.kubernetes.io/..., node.cloudprovider.kubernetes.io/...) "
+    "are never tolerated: a Pod on a lost or cordoned node must be evicted and placed again"
+)
+
+
+def _not_lifecycle(key: str) -> str:
+    if key.startswith(LIFECYCLE_TAINT_PREFIXES):
+        raise ValueError(LIFECYCLE_TAINT_RULE)
+    return key
+
+
+class FlavorToleration(BaseModel):
+    """A taint, beside its manufacturer's GPU taint, that every accelerated flavor tolerates:
+    for clusters whose accelerator nodes carry another taint (docs/reliability.md). Kueue copies
+    a flavor's tolerations onto each Pod it admits to it, and places the Pod on the flavor's
+    nodes only, so one list serves every accelerated flavor."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+
+    key: Annotated[LabelKey, AfterValidator(_not_lifecycle)]
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: LabelValue = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    @model_validator(mode="after")
+    def _exists_has_no_value(self) -> FlavorToleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("an Exists toleration has no value; drop it, or use Equal")
+        return self
+
+    def toleration(self) -> dict[str, str]:
+        """As a Pod (and a ResourceFlavor) spells it."""
+        found = {"key": self.key, "operator": self.operator}
+        if self.operator == "Equal":
+            found["value"] = self.value
+        if self.effect:
+            found["effect"] = self.effect
+        return found
 
 
 class SettingsError(ValueError):
@@ -73,6 +117,10 @@ class Settings(BaseModel):
     vm_node_selector: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, alias="vmNodeSelector", max_length=16
     )
+    # Kueue allows a flavor eight tolerations; its manufacturer's GPU taint takes one.
+    accelerated_flavor_tolerations: list[FlavorToleration] = Field(
+        default_factory=list, alias="acceleratedFlavorTolerations", max_length=7
+    )
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | None) -> Settings:
@@ -82,10 +130,7 @@ class Settings(BaseModel):
             return cls.model_validate(given)
         except ValidationError as error:
             first = error.errors()[0]
-            path = [str(part) for part in ("spec", *first["loc"])]
-            if path[-1] == "[key]":  # a map's key: the path is the map's
-                path = path[:-2]
-            raise SettingsError(".".join(path), _explain(first)) from error
+            raise SettingsError(_field_path(first["loc"]), _explain(first)) from error
 
     @property
     def dialect(self) -> dialects.Dialect:
@@ -102,6 +147,16 @@ class Settings(BaseModel):
     def reserved_namespaces(self) -> frozenset[str]:
         """Namespaces that get no LocalQueue and take no Instance."""
         return frozenset({self.system_namespace, *names.RESERVED_NAMESPACES})
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """`spec.acceleratedFlavorTolerations[0].key` for pydantic's location of an error."""
+    if loc[-1] == "[key]":  # a map's key: the path is the map's
+        loc = loc[:-2]
+    path = "spec"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
 
 
 def _explain(error: Mapping[str, Any]) -> str:

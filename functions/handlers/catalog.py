@@ -1,9 +1,10 @@
 """catalog: ResourceFlavors, the derived InstanceTypes and the InstanceTypeFlavor catalog.
 
-Flavors are the finest grain and never depend on settings. A flavor tolerates only what the
-Instances it admits need: an accelerated flavor tolerates its manufacturer's GPU taint (the
-`nvidia.com/gpu` that GPU node pools carry to keep other Pods off), a CPU flavor nothing. Kueue
-copies these tolerations onto every admitted Pod, so the node-lifecycle taints
+Flavors are the finest grain. A flavor tolerates only what the Instances it admits need: an
+accelerated flavor tolerates its manufacturer's GPU taint (the `nvidia.com/gpu` that GPU node
+pools carry to keep other Pods off) and the taints the Catalog's `acceleratedFlavorTolerations`
+name (for accelerator nodes tainted with another key), a CPU flavor nothing. Kueue copies these
+tolerations onto every admitted Pod, so the node-lifecycle taints
 (`node.kubernetes.io/unreachable`, `not-ready`) stay untolerated: a Pod on a lost node is
 evicted on Kubernetes' schedule (300 s, DefaultTolerationSeconds) and its Instance composes it
 again elsewhere; and no Pod is scheduled onto a NotReady, unreachable or cordoned node. (The
@@ -22,13 +23,14 @@ from __future__ import annotations
 import datetime
 import json
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 from functions.core import apis, labels, names, resources
 from functions.core.catalog import catalog_rows, derived_instance_type_spec, derived_pools
 from functions.core.flavors import Flavor, derive_flavors
 from functions.core.pools import NodeSummary, PoolKey
-from functions.core.settings import Settings, SettingsError
+from functions.core.settings import FlavorToleration, Settings, SettingsError
 from functions.handlers.base import Handler, InputError, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import (
@@ -82,7 +84,8 @@ def compose(request: Request) -> Desired:
     flavors = derive_flavors(nodes, settings.mixed_on_node)
     for flavor in flavors:
         key = FLAVOR_PREFIX + flavor.name
-        desired.compose(key, resource_flavor(flavor, nodes), request.observed(key))
+        flavor_object = resource_flavor(flavor, nodes, settings.accelerated_flavor_tolerations)
+        desired.compose(key, flavor_object, request.observed(key))
     pools = derived_pools(nodes, settings)
     current = (
         compose_instance_types(request, desired, pools, nodes)
@@ -164,7 +167,9 @@ def instance_type_flavor(name: str, row: dict) -> dict:
     }
 
 
-def resource_flavor(flavor: Flavor, nodes: list[NodeSummary]) -> dict:
+def resource_flavor(
+    flavor: Flavor, nodes: list[NodeSummary], tolerated: Sequence[FlavorToleration]
+) -> dict:
     first = next(n for n in nodes if n.node == flavor.nodes[0])
     notes = {"acceleratable": labels.boolean(flavor.acceleratable), "generalGroup": flavor.g_key}
     if flavor.a_key:
@@ -200,17 +205,26 @@ def resource_flavor(flavor: Flavor, nodes: list[NodeSummary]) -> dict:
             "labels": flavor.labels(),
             "annotations": {labels.NOTE + key: value for key, value in sorted(notes.items())},
         },
-        "spec": {"nodeLabels": flavor.node_labels(), **flavor_tolerations(flavor, first)},
+        "spec": {
+            "nodeLabels": flavor.node_labels(),
+            **flavor_tolerations(flavor, first, tolerated),
+        },
     }
 
 
-def flavor_tolerations(flavor: Flavor, node: NodeSummary) -> dict[str, list[dict[str, str]]]:
-    """The taint an accelerated flavor's nodes carry for their GPUs, under any effect; none
-    for a CPU flavor (see the module docstring)."""
+def flavor_tolerations(
+    flavor: Flavor, node: NodeSummary, tolerated: Sequence[FlavorToleration]
+) -> dict[str, list[dict[str, str]]]:
+    """The taint an accelerated flavor's nodes carry for their GPUs, under any effect, then the
+    Catalog's own, each once; none for a CPU flavor (see the module docstring)."""
     if not flavor.a_key:
         return {}
     key = resources.base_of(node.facts[flavor.a_key].manufacturer)
-    return {"tolerations": [{"key": key, "operator": "Exists"}]}
+    found = [{"key": key, "operator": "Exists"}]
+    for toleration in (t.toleration() for t in tolerated):
+        if toleration not in found:
+            found.append(toleration)
+    return {"tolerations": found}
 
 
 HANDLER = Handler(
