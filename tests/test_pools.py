@@ -552,3 +552,79 @@ def test_without_drain_when_no_flavors_the_queue_stays_open(world):
     world.patch("Devices", "node-a10g", {"managed": False})
     world.reconcile()
     assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "None"
+
+
+# --- a pool of many node shapes -----------------------------------------------------------------
+
+
+def cpu_node(cores: int) -> dict:
+    """A CPU-only node's Devices, as its agent reports it: one shape per core count."""
+    return {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Devices",
+        "metadata": {"name": f"node-{cores}c", "labels": {}},
+        "spec": {
+            "os": "linux",
+            "arch": "amd64",
+            "cpu": {
+                "vendor": "AMD",
+                "modelName": "AMD EPYC 7R13 Processor",
+                "family": "25",
+                "model": "1",
+                "cores": cores,
+            },
+            "accelerators": [],
+            "allocations": [],
+        },
+    }
+
+
+def test_a_pool_of_more_flavors_than_kueue_lists_queues_the_first_64_and_says_so():
+    world = world_from([WALKTHROUGH / "namespaces.yaml", WALKTHROUGH / "catalog.yaml"])
+    world.apply(*(cpu_node(cores) for cores in range(1, 71)))
+    world.reconcile()
+    queue = world.get("ClusterQueue", GENERIC)
+    assert queue is not None, "Kueue refused the ClusterQueue"
+    (group,) = queue["spec"]["resourceGroups"]  # Kueue covers a resource by one group only
+    assert group["coveredResources"] == ["cpu"]
+    flavors = [f["name"] for f in group["flavors"]]
+    assert len(flavors) == 64
+    assert (flavors[0], flavors[-1]) == (
+        "gpustack--amd-epyc-7r13-linux-amd64-1c",
+        "gpustack--amd-epyc-7r13-linux-amd64-64c",
+    )
+    results = world.results[next(k for k in world.results if k.name == GENERIC)]
+    assert [(r.severity, r.reason, r.message) for r in results] == [
+        (
+            fnv1.SEVERITY_WARNING,
+            "FlavorsLeftOut",
+            "the pool has 70 flavors and its ClusterQueue lists the first 64, Kueue's most for "
+            "one resource: the nodes of the 6 largest (gpustack--amd-epyc-7r13-linux-amd64-65c, "
+            "gpustack--amd-epyc-7r13-linux-amd64-66c, gpustack--amd-epyc-7r13-linux-amd64-67c, "
+            "...) take no Instance; split the pools by CPU: set the Catalog's "
+            "instanceTypeAwareCpuManufacturer",
+        )
+    ]
+
+
+def test_kueue_refuses_a_resource_covered_by_two_groups():
+    world = world_from([])
+    group = {
+        "coveredResources": ["cpu"],
+        "flavors": [{"name": "small", "resources": [{"name": "cpu", "nominalQuota": "4"}]}],
+    }
+    second = copy.deepcopy(group)
+    second["flavors"][0]["name"] = "large"
+    queue = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "two-groups"},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [group, second]},
+    }
+    with pytest.raises(Refused) as refused:
+        world.api.create(queue)
+    assert str(refused.value) == (
+        'admission webhook "vclusterqueue.kb.io" denied the request: '
+        'spec.resourceGroups[1].coveredResources[0]: Duplicate value: "cpu"'
+    )
+    world.api.create({**queue, "spec": {**queue["spec"], "resourceGroups": [group]}})

@@ -120,14 +120,18 @@ def queue_flavors(pool: PoolKey, flavors: Iterable[Flavor]) -> list[Flavor]:
     return sorted((f for f in flavors if f.serves(pool)), key=lambda f: (f.count, f.name))
 
 
-MAX_FLAVORS_PER_GROUP = 16
+# Kueue covers each resource by one resource group of a ClusterQueue, which lists at most 64
+# flavors (its webhook refuses a resource covered twice; its CRD, a 65th flavor).
+MAX_QUEUE_FLAVORS = 64
 
 
 def resource_groups(pool: PoolKey, flavors: Iterable[Flavor], manufacturer: str = "") -> list[dict]:
-    """The ClusterQueue's resource groups: `cpu` cores, or the manufacturer's credits.
+    """The ClusterQueue's resource group: `cpu` cores, or the manufacturer's credits.
 
-    One entry per flavor, small nodes first, at most 16 flavors per group (then another group
-    covering the same resource); nominal quota = capacity cores, or capacity × 1,600,000 credits.
+    One entry per flavor with capacity, small nodes first, the first 64 of them
+    (`flavors_left_out` names the rest); nominal quota = capacity cores, or capacity ×
+    1,600,000 credits. (The reference opened a group per 16 flavors, all covering the same
+    resource, which Kueue refuses: docs/decisions.md.)
     """
     if pool.acceleratable:
         resource, unit = credits_resource(manufacturer), D
@@ -138,10 +142,16 @@ def resource_groups(pool: PoolKey, flavors: Iterable[Flavor], manufacturer: str 
             "name": f.name,
             "resources": [{"name": resource, "nominalQuota": format_decimal(f.capacity * unit)}],
         }
-        for f in queue_flavors(pool, flavors)
-        if f.capacity > 0
+        for f in queued(pool, flavors)[:MAX_QUEUE_FLAVORS]
     ]
-    return [
-        {"coveredResources": [resource], "flavors": entries[i : i + MAX_FLAVORS_PER_GROUP]}
-        for i in range(0, len(entries), MAX_FLAVORS_PER_GROUP)
-    ]
+    return [{"coveredResources": [resource], "flavors": entries}] if entries else []
+
+
+def flavors_left_out(pool: PoolKey, flavors: Iterable[Flavor]) -> list[Flavor]:
+    """The flavors with capacity past the 64 a pool's ClusterQueue can list: the largest."""
+    return queued(pool, flavors)[MAX_QUEUE_FLAVORS:]
+
+
+def queued(pool: PoolKey, flavors: Iterable[Flavor]) -> list[Flavor]:
+    """The pool's flavors that give its queue quota, in the queue's order."""
+    return [f for f in queue_flavors(pool, flavors) if f.capacity > 0]

@@ -63,6 +63,7 @@ NODE_SUMMARIES_MISSING = "NodeSummariesMissing"  # a pool kept what it composed:
 VM_NODES_UNSELECTED = "VMNodesUnselected"  # a GPUClass reads many Nodes that serve no VM
 VM_NODE_STATES_MISSING = "VMNodeStatesMissing"  # a GPUClass kept its counts: no VM node state yet
 INVALID_GPU_CLASS = "InvalidGPUClass"  # GPUClass: a field the XRD refuses (Fatal, offline too)
+FLAVORS_LEFT_OUT = "FlavorsLeftOut"  # an InstanceType: more flavors than its queue can list
 
 # --- GPUClass condition reasons -----------------------------------------------------------------
 CONFLICT, UNIQUE = "Conflict", "Unique"

@@ -14,7 +14,14 @@ from fractions import Fraction
 
 from functions.core import apis, labels, names, quantity, reasons
 from functions.core.catalog import unit_display
-from functions.core.flavors import derive_flavors, queue_flavors, resource_groups
+from functions.core.flavors import (
+    MAX_QUEUE_FLAVORS,
+    Flavor,
+    derive_flavors,
+    flavors_left_out,
+    queue_flavors,
+    resource_groups,
+)
 from functions.core.pools import NodeSummary, PoolKey, pool_views
 from functions.core.settings import Settings
 from functions.core.status import instancetype as type_status
@@ -103,6 +110,7 @@ def compose(request: Request) -> Desired:
         views = replace(views, accelerators=views.accelerators.offering(offers.modes))
 
     groups = resource_groups(pool, flavors, pool_manufacturer(pool, nodes))
+    warn_flavors_left_out(desired, flavors_left_out(pool, flavors))
     queue = cluster_queue(request.xr.name, pool, groups, stop_policy)
     if pool.acceleratable and settings.node_devices_admission_check and settings.derived_from_node:
         queue["spec"]["admissionChecksStrategy"] = {
@@ -124,6 +132,20 @@ def compose(request: Request) -> Desired:
         acceleratable=pool.acceleratable,
     )
     return desired
+
+
+def warn_flavors_left_out(desired: Desired, left_out: list[Flavor]) -> None:
+    """Kueue lists at most 64 flavors for one resource: the nodes of the rest take no Pod."""
+    if not left_out:
+        return
+    names = ", ".join(f.name for f in left_out[:3]) + (", ..." if len(left_out) > 3 else "")
+    desired.warning(
+        f"the pool has {MAX_QUEUE_FLAVORS + len(left_out)} flavors and its ClusterQueue lists "
+        f"the first {MAX_QUEUE_FLAVORS}, Kueue's most for one resource: the nodes of the "
+        f"{len(left_out)} largest ({names}) take no Instance; split the pools by CPU: set the "
+        "Catalog's instanceTypeAwareCpuManufacturer",
+        reasons.FLAVORS_LEFT_OUT,
+    )
 
 
 def cluster_queue(name: str, pool: PoolKey, groups: list[dict], stop_policy: str) -> dict:

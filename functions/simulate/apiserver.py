@@ -10,8 +10,9 @@ It decides whether a write is stored and what is stored, with the API server's r
   `update_status` writes only the status (never moving the generation). A create keeps the status
   it is given, so fixtures (Nodes with their capacity) load in one write;
 - patches: JSON merge patch (RFC 7386) and JSON patch (RFC 6902), each then validated as an update;
-- validating admission webhooks a stand-in registers (`webhooks`) judge each update of their kind
-  after the schema, as kube-apiserver calls them; status writes do not reach them.
+- validating admission webhooks a stand-in registers (`webhooks`) judge each create or update of
+  their kind they are registered for, after the schema, as kube-apiserver calls them; status
+  writes do not reach them.
 """
 
 from __future__ import annotations
@@ -47,12 +48,14 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class Webhook:
-    """A validating admission webhook on updates of one kind (not of its status subresource):
-    `admit(new, old)` says why it denies the update, or None."""
+    """A validating admission webhook on writes of one kind (not of its status subresource):
+    `admit(new, old)` says why it denies the write, or None; `old` is None on a create, which
+    reaches the webhook only if it registered for creates."""
 
     name: str
     kind: str
-    admit: Callable[[Mapping[str, Any], Mapping[str, Any]], str | None]
+    admit: Callable[[Mapping[str, Any], Mapping[str, Any] | None], str | None]
+    creates: bool = False  # registered for CREATE as well as UPDATE
 
 
 class ApiServer:
@@ -164,16 +167,17 @@ class ApiServer:
                 raise _invalid(schema, obj, checked.errors)
             self.warnings += checked.warnings
             obj = checked.obj
-        if old is not None and not status_only:
+        if not status_only:
             self._admit(obj, old)
         if old is not None:
             obj["metadata"]["generation"] = _generation(old, obj)
         return self.store.put(obj)
 
-    def _admit(self, obj: Mapping[str, Any], old: Mapping[str, Any]) -> None:
+    def _admit(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:
         """kube-apiserver's wording for a webhook's denial; its status reason is the webhook's."""
         for hook in self.webhooks:
-            denied = hook.admit(obj, old) if hook.kind == obj["kind"] else None
+            called = hook.kind == obj["kind"] and (old is not None or hook.creates)
+            denied = hook.admit(obj, old) if called else None
             if denied:
                 message = f'admission webhook "{hook.name}" denied the request: {denied}'
                 raise Refused(message, INVALID)

@@ -150,9 +150,11 @@ def schedulable(
     return "false" if runs or current is not None else None
 
 
-def admit_vmi_update(new: Mapping[str, Any], old: Mapping[str, Any]) -> str | None:
+def admit_vmi_update(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
     """virt-api's VMI update admitter: the spec is compared whole (semantic equality)."""
-    return None if semantic_equal(new.get("spec"), old.get("spec")) else VMI_UPDATE_RESTRICTED
+    if old is None or semantic_equal(new.get("spec"), old.get("spec")):
+        return None
+    return VMI_UPDATE_RESTRICTED
 
 
 def semantic_equal(a: Any, b: Any) -> bool:

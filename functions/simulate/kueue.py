@@ -10,7 +10,9 @@
   count) and whose quota holds the request is assigned. With `IgnoreUndeclared` only covered
   resources are checked. An admitted Pod is ungated and given the flavor's node labels and
   tolerations.
-- Queues: a ClusterQueue is Active when every flavor it names exists and it is not stopped;
+- Queues: a ClusterQueue write is refused, as Kueue's webhook refuses it, where a resource is
+  covered or a flavor listed by more than one resource group; a ClusterQueue is Active when
+  every flavor it names exists and it is not stopped;
   `HoldAndDrain` evicts its admitted workloads (a plain Pod is stopped by deleting it). Its
   status reports reserving/admitted workloads and the reservation per flavor.
 
@@ -31,6 +33,7 @@ import yaml
 
 from functions.core import quantity
 from functions.simulate import kube
+from functions.simulate.apiserver import Webhook
 from functions.simulate.client import Client
 
 GATE = "kueue.x-k8s.io/admission"
@@ -38,6 +41,7 @@ QUEUE_NAME = "kueue.x-k8s.io/queue-name"
 MANAGED = "kueue.x-k8s.io/managed"
 API = "kueue.x-k8s.io/v1beta2"
 POD_SET = "main"
+CLUSTER_QUEUE_VALIDATOR = "vclusterqueue.kb.io"
 
 
 class Kueue:
@@ -47,6 +51,10 @@ class Kueue:
         self.api = api
         self.configurations = configurations
         self.events: list[str] = []
+        # Kueue registers its webhooks when it is installed, before any queue exists
+        api.api.webhooks.append(
+            Webhook(CLUSTER_QUEUE_VALIDATOR, "ClusterQueue", admit_cluster_queue, creates=True)
+        )
 
     @property
     def resources(self) -> dict[str, Any]:
@@ -407,3 +415,28 @@ def _mismatch(pod: Mapping[str, Any], flavor: Mapping[str, Any]) -> str:
 def _resources(path: Path, modified: int) -> dict[str, Any]:
     """A configuration's `resources`, read again only when the file changes."""
     return (yaml.safe_load(path.read_text()) or {}).get("resources") or {}
+
+
+def admit_cluster_queue(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+    """Kueue's ClusterQueue webhook (`validateResourceGroups`), on create and update: each
+    resource is covered, and each flavor listed, by one resource group only. Its errors are
+    aggregated as Kubernetes aggregates field errors: one alone, several in brackets."""
+    errors: list[str] = []
+    resources: set[str] = set()
+    flavors: set[str] = set()
+    for i, group in enumerate((new.get("spec") or {}).get("resourceGroups") or []):
+        for j, resource in enumerate(group.get("coveredResources") or []):
+            if resource in resources:
+                errors.append(
+                    f'spec.resourceGroups[{i}].coveredResources[{j}]: Duplicate value: "{resource}"'
+                )
+            resources.add(resource)
+        for j, flavor in enumerate(group.get("flavors") or []):
+            if flavor.get("name") in flavors:
+                errors.append(
+                    f'spec.resourceGroups[{i}].flavors[{j}].name: Duplicate value: "{flavor.get("name")}"'
+                )
+            flavors.add(flavor.get("name"))
+    if not errors:
+        return None
+    return errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
