@@ -16,11 +16,13 @@ from click.testing import CliRunner
 
 from functions.cli import main
 from functions.simulate import World, load_documents, world_from
+from functions.simulate.client import Client
 from functions.simulate.nodelifecycle import (
     NodeLifecycle,
     default_tolerations,
     toleration_seconds,
 )
+from functions.simulate.scheduler import Scheduler
 from tests.support.schemas import ROOT
 
 NODE_LOSS = ROOT / "examples" / "node-loss"
@@ -231,3 +233,65 @@ def tainted_world(tolerated: list[dict]) -> World:
     world.apply(*cluster, *load_documents(NODE_LOSS / "instance.yaml"))
     world.reconcile()
     return world
+
+
+# --- what kube-scheduler reads of a node: its taints and its cordon, never its Ready ------------
+
+UNREACHABLE_NODE = {
+    "metadata": {"name": "lost", "labels": {}},
+    "spec": {"taints": [{**UNREACHABLE, "effect": "NoSchedule"}, UNREACHABLE]},
+    "status": {"conditions": [{"type": "Ready", "status": "Unknown"}], "allocatable": {}},
+}
+CORDONED_NODE = {
+    "metadata": {"name": "cordoned", "labels": {}},
+    "spec": {"unschedulable": True},
+    "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {}},
+}
+CORDON = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("node", "tolerations", "node_selector", "why"),
+    [
+        (
+            UNREACHABLE_NODE,
+            [GPU],
+            {},
+            "node(s) had untolerated taint {node.kubernetes.io/unreachable: }",
+        ),
+        (UNREACHABLE_NODE, [EVERYTHING], {}, None),  # why flavors no longer tolerate everything
+        (CORDONED_NODE, [GPU], {}, "node(s) were unschedulable"),
+        (CORDONED_NODE, [CORDON], {}, None),
+        (  # the first filter that fails is the reason: taints before affinity
+            UNREACHABLE_NODE,
+            [],
+            {"pool": "a"},
+            "node(s) had untolerated taint {node.kubernetes.io/unreachable: }",
+        ),
+    ],
+    ids=[
+        "an unreachable node, by its taint",
+        "an unreachable node takes a Pod tolerating every taint",
+        "a cordoned node",
+        "a cordoned node takes a Pod tolerating the cordon",
+        "taints are judged before affinity",
+    ],
+)
+def test_the_scheduler_judges_a_node_by_its_taints_and_cordon_not_its_ready(
+    node, tolerations, node_selector, why
+):
+    scheduler = Scheduler(Client(world_from([]).api))
+    pod = {"spec": {"tolerations": tolerations, "nodeSelector": node_selector, "containers": []}}
+    assert scheduler.unfit(pod, {}, node) == why
+
+
+def test_a_cordoned_node_is_tainted_until_it_is_uncordoned(world_after_start):
+    world = world_after_start
+    world.api.merge_patch("Node", "node-t4-b", {"spec": {"unschedulable": True}})
+    world.reconcile()
+    assert world.get("Node", "node-t4-b")["spec"]["taints"] == [
+        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    ]
+    world.api.merge_patch("Node", "node-t4-b", {"spec": {"unschedulable": False}})
+    world.reconcile()
+    assert "taints" not in world.get("Node", "node-t4-b")["spec"]

@@ -102,8 +102,11 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     if effect and effect != taint.get("effect"):
         return False
     key = toleration.get("key") or ""
-    if (toleration.get("operator") or "Equal") == "Exists":
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
         return not key or key == taint.get("key")
+    if operator != "Equal":  # an operator Kubernetes does not know tolerates nothing
+        return False
     return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
 
 

@@ -9,6 +9,8 @@ What each does, as Kubernetes documents it (docs/reliability.md, "Node loss"):
 - NodeLifecycle: a node whose Ready condition is False gets `node.kubernetes.io/not-ready`, one
   whose Ready is Unknown (its kubelet stopped posting) `node.kubernetes.io/unreachable`, each
   as a NoSchedule and a NoExecute taint with `timeAdded`; they go when the node is Ready again.
+  A cordoned node (`spec.unschedulable`) gets `node.kubernetes.io/unschedulable` as a
+  NoSchedule taint until it is uncordoned (TaintNodesByCondition).
   The Pods on a node that is not Ready are marked not Ready (MarkPodsNotReady).
 - Taint eviction: on a node with NoExecute taints, a Pod is evicted at once if one taint has no
   matching toleration; otherwise after the least `tolerationSeconds` among the tolerations that
@@ -39,6 +41,7 @@ from functions.simulate.client import Client
 NOT_READY = "node.kubernetes.io/not-ready"
 UNREACHABLE = "node.kubernetes.io/unreachable"
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 LIFECYCLE_KEYS = (NOT_READY, UNREACHABLE)
 DEFAULT_TOLERATION_SECONDS = (
     300  # kube-apiserver's --default-not-ready/unreachable-toleration-seconds
@@ -84,16 +87,25 @@ class NodeLifecycle:
     # --- NodeLifecycle ------------------------------------------------------------------------
 
     def taint(self, node: dict[str, Any]) -> None:
-        """The not-ready or unreachable taints the node's Ready condition calls for."""
+        """The not-ready or unreachable taints the node's Ready condition calls for, and the
+        cordon's taint where it is cordoned."""
         wanted = {"False": NOT_READY, "Unknown": UNREACHABLE}.get(_ready(node) or "")
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
         taints = list((node.get("spec") or {}).get("taints") or [])
-        kept = [t for t in taints if t.get("key") not in LIFECYCLE_KEYS or t.get("key") == wanted]
+        kept = [
+            t
+            for t in taints
+            if (t.get("key") not in LIFECYCLE_KEYS or t.get("key") == wanted)
+            and (t.get("key") != UNSCHEDULABLE or cordoned)
+        ]
         for effect in ("NoSchedule", "NoExecute") if wanted else ():
             if not any(t.get("key") == wanted and t.get("effect") == effect for t in kept):
                 taint = {"key": wanted, "effect": effect}
                 if effect == "NoExecute":
                     taint["timeAdded"] = self.now(0)
                 kept.append(taint)
+        if cordoned and not any(t.get("key") == UNSCHEDULABLE for t in kept):
+            kept.append({"key": UNSCHEDULABLE, "effect": "NoSchedule"})
         if kept != taints:
             node.setdefault("spec", {})["taints"] = kept
             if not kept:

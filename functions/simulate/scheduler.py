@@ -1,10 +1,14 @@
 """kube-scheduler's part: bind each ungated Pod to a node that can take it, or say why none can.
 
-A node takes a Pod when it is Ready and schedulable, the Pod's nodeSelector and required node
-affinity accept its labels, the Pod tolerates its NoSchedule/NoExecute taints, and its
-allocatable — what the kubelet and the device plugins advertise — still holds the Pod's
-requests beside those of the Pods already bound there. Nodes are tried by name; the message of
-an unschedulable Pod counts the reasons as kube-scheduler's does. Where the cluster runs HAMi,
+A node takes a Pod when, in the order of kube-scheduler's filter plugins: it is not cordoned,
+or the Pod tolerates the cordon's taint (NodeUnschedulable); the Pod tolerates its NoSchedule
+and NoExecute taints (TaintToleration); the Pod's nodeSelector and required node affinity
+accept its labels (NodeAffinity); and its allocatable — what the kubelet and the device plugins
+advertise — still holds the Pod's requests beside those of the Pods already bound there
+(NodeResourcesFit). The first filter a node fails is its reason. kube-scheduler never reads a
+node's Ready condition: a NotReady or unreachable node keeps Pods off by the taints the node
+lifecycle puts on it, which a Pod tolerating every taint tolerates too. Nodes are tried by
+name; the message of an unschedulable Pod counts the reasons as kube-scheduler's does. Where the cluster runs HAMi,
 its scheduler extender also filters the nodes for the Pods that ask for vGPUs, judges the
 resources it manages itself (kube-scheduler ignores them), and writes its choice on the Pod.
 """
@@ -21,8 +25,9 @@ from functions.simulate import kube
 from functions.simulate.client import Client
 from functions.simulate.hami import HamiScheduler
 
-UNREACHABLE = "node.kubernetes.io/unreachable"
-NOT_READY = "node.kubernetes.io/not-ready"
+# What a cordoned node is tainted with (the node lifecycle's TaintNodesByCondition); a Pod that
+# tolerates it may be placed on the node (NodeUnschedulable).
+CORDONED = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
 class Scheduler:
@@ -74,17 +79,15 @@ class Scheduler:
         self, pod: Mapping[str, Any], requests: Mapping[str, Fraction], node: Mapping[str, Any]
     ) -> str | None:
         """Why this node cannot take the Pod, worded as kube-scheduler words it; None if it can."""
-        if kube.condition_status(node, "Ready") != "True":
-            return "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
-        if (node.get("spec") or {}).get("unschedulable"):
+        spec = node.get("spec") or {}
+        tolerations = pod["spec"].get("tolerations") or []
+        if spec.get("unschedulable") and not any(kube.tolerates(t, CORDONED) for t in tolerations):
             return "node(s) were unschedulable"
-        if not kube.selects(pod["spec"], kube.labels_of(node)):
-            return "node(s) didn't match Pod's node affinity/selector"
-        taints = kube.untolerated(
-            pod["spec"].get("tolerations") or [], (node.get("spec") or {}).get("taints") or []
-        )
+        taints = kube.untolerated(tolerations, spec.get("taints") or [])
         if taints:
             return f"node(s) had untolerated taint {{{taints[0]['key']}: {taints[0].get('value', '')}}}"
+        if not kube.selects(pod["spec"], kube.labels_of(node)):
+            return "node(s) didn't match Pod's node affinity/selector"
         free = self.free(node)
         for name, amount in sorted(requests.items()):
             if amount > free.get(name, Fraction(0)):
