@@ -8,6 +8,7 @@ these tests hold the shipped configuration, the resource keys and the credit rul
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import pytest
 
@@ -15,6 +16,8 @@ from functions.core import mig
 from functions.core.modes import Mode
 from functions.core.quantity import GIB
 from functions.core.requests import InstanceTypeFacts, Plan, plan
+from functions.simulate import kube, world_from
+from functions.simulate import kueue as simulated_kueue
 from functions.simulate.apiserver import ApiServer
 from functions.simulate.client import Client
 from functions.simulate.kueue import Kueue
@@ -133,3 +136,106 @@ def test_only_credits_and_the_host_resources_reach_the_quota(kueue):
     planned = plan({"acceleratorSlicedMemoryPercentage": 20}, facts("nvidia", 24576))
     counted = kueue.requests(pod_of(planned))
     assert set(counted) == {"cpu", "memory", "ephemeral-storage", "credits.gpustack.ai/nvidia"}
+
+
+# --- what Kueue counts, and how it writes it ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resource", "amount", "counted"),
+    [
+        ("cpu", Fraction(4, 5), Fraction(4, 5)),  # 800m: CPU is counted in millicores
+        ("cpu", Fraction(1, 3), Fraction(334, 1000)),  # rounded up to the millicore
+        ("memory", Fraction(1, 2), Fraction(1)),  # anything else in whole units, rounded up
+        ("credits.gpustack.ai/nvidia", Fraction(320000), Fraction(320000)),
+    ],
+)
+def test_kueue_counts_cpu_in_millicores_and_the_rest_in_units(resource, amount, counted):
+    assert simulated_kueue.charged(resource, amount) == counted
+
+
+@pytest.mark.parametrize(
+    ("amount", "written"),
+    [
+        (0, "0"),
+        (4, "4"),
+        (Fraction(3, 2), "1500m"),
+        (Fraction(4, 5), "800m"),
+        (320000, "320k"),
+        (1600000, "1600k"),
+        (3000000, "3M"),
+        (Fraction(-1, 2), "-500m"),
+    ],
+)
+def test_quantities_are_written_in_apimachinerys_canonical_form(amount, written):
+    assert kube.format_quantity(amount) == written
+    assert kube.quantity(written) == amount
+
+
+def test_a_four_core_flavor_admits_five_one_core_instances_under_overcommit():
+    """Each asks 800m (the overcommit request): Kueue counts 4000m against 4 cores, and the
+    sixth waits, 800m short, in Kueue's words."""
+    walkthrough = ROOT / "examples" / "walkthrough"
+    world = world_from([walkthrough / "namespaces.yaml", walkthrough / "catalog.yaml"])
+    world.apply(*small_cpu_node())
+    world.reconcile()
+    world.apply(*(cpu_instance(f"cpu-{index}") for index in range(6)))
+    world.reconcile()
+    phases = [world.get("Instance", f"cpu-{i}", "default")["status"]["phase"] for i in range(6)]
+    assert phases == ["Ready"] * 5 + ["Pending"]
+    (waiting,) = [w for w in world.list("Workload") if not w["status"].get("admission")]
+    assert waiting["status"]["conditions"][0]["message"] == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
+        "gpustack--amd-epyc-7r13-linux-amd64-4c, 800m more needed"
+    )
+    queue = world.get("ClusterQueue", "gpustack--generic-linux-amd64")
+    assert queue["status"]["flavorsReservation"][0]["resources"][0]["total"] == "4"
+
+
+def small_cpu_node() -> list[dict]:
+    """A 4-core CPU node: its agent's Devices and its kubelet's Node."""
+    labels = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+    allocatable = {"cpu": "4", "memory": "32Gi", "ephemeral-storage": "200Gi", "pods": "110"}
+    cpu = {"vendor": "AMD", "modelName": "AMD EPYC 7R13 Processor", "family": "25", "model": "1"}
+    return [
+        {
+            "apiVersion": "worker.gpustack.ai/v1alpha1",
+            "kind": "Devices",
+            "metadata": {"name": "node-small", "labels": {}},
+            "spec": {
+                "os": "linux",
+                "arch": "amd64",
+                "cpu": {**cpu, "cores": 4},
+                "accelerators": [],
+                "allocations": [],
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": "node-small",
+                "labels": {**labels, "kubernetes.io/hostname": "node-small"},
+            },
+            "status": {
+                "capacity": allocatable,
+                "allocatable": allocatable,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            },
+        },
+    ]
+
+
+def cpu_instance(name: str) -> dict:
+    return {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Instance",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "type": "gpustack--generic-linux-amd64",
+            "image": "ubuntu:24.04",
+            "command": ["sleep", "86400"],
+            "resources": {"cpu": "1"},
+            "volume": {"ephemeral": {"capacity": "1Gi"}},
+        },
+    }

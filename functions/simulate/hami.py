@@ -18,11 +18,12 @@ Nothing here reads the product: the names, the defaults and the rules are HAMi's
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from functions.core import quantity
+from functions.simulate import kube
 from functions.simulate.client import Client
 from functions.simulate.deviceplugin import Allocate, Card, Grant, cards_of
 
@@ -190,6 +191,6 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
 
 def _int(value: Any) -> int:
     try:
-        return quantity.floor(quantity.parse(value)) if value is not None else 0
-    except (quantity.QuantityError, TypeError):
+        return math.floor(kube.quantity(value)) if value is not None else 0
+    except (ValueError, TypeError):
         return 0

@@ -7,16 +7,56 @@ components' rules, never by the product's own (DESIGN §7), so nothing here impo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from functions.core import quantity
+from kubernetes.utils import parse_quantity
 
 NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 # The simulated cluster has no clock: every transition happens at the same instant, so the
 # same scenario always writes the same objects.
 TRANSITION_TIME = "2026-01-01T00:00:00Z"
+
+
+def quantity(value: Any) -> Fraction:
+    """A Kubernetes quantity ("4", "500m", "16Gi") exactly, as Kubernetes' Python client parses
+    it; ValueError for one it cannot read."""
+    try:
+        return Fraction(parse_quantity(value))
+    except (ArithmeticError, TypeError) as error:  # NaN, Infinity: no quantity
+        raise ValueError(f"not a quantity: {value!r}") from error
+
+
+# apimachinery's decimal suffixes, the largest first (resource.Quantity's canonical form).
+DECIMAL_SUFFIXES = (
+    (18, "E"),
+    (15, "P"),
+    (12, "T"),
+    (9, "G"),
+    (6, "M"),
+    (3, "k"),
+    (0, ""),
+    (-3, "m"),
+    (-6, "u"),
+    (-9, "n"),
+)
+
+
+def format_quantity(amount: Fraction | int) -> str:
+    """How apimachinery writes a decimal quantity: no precision lost, no fractional digit, the
+    largest suffix that allows both (1.5 is `1500m`, 1,600,000 is `1600k`); what is finer than
+    a nano is rounded up to one, as a Quantity rounds it."""
+    if amount == 0:
+        return "0"
+    if amount < 0:
+        return "-" + format_quantity(-amount)
+    for exponent, suffix in DECIMAL_SUFFIXES:
+        mantissa = Fraction(amount) / Fraction(10) ** exponent
+        if mantissa.denominator == 1:
+            return f"{mantissa.numerator}{suffix}"
+    return f"{math.ceil(Fraction(amount) * 10**9)}n"
 
 
 def condition(type_: str, status: str, reason: str = "", message: str = "") -> dict[str, str]:
@@ -131,7 +171,7 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Fraction]:
         resources = container.get("resources") or {}
         wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
         for name, value in wanted.items():
-            total[name] = total.get(name, Fraction(0)) + quantity.parse(value)
+            total[name] = total.get(name, Fraction(0)) + quantity(value)
     return total
 
 

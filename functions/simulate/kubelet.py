@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from functions.agent.podresources import ContainerDevices
-from functions.core import quantity
 from functions.simulate import kube
 from functions.simulate.client import Client
 from functions.simulate.deviceplugin import Allocate, Card, DevicePlugin, Grant, cards_of
@@ -81,7 +81,7 @@ class Kubelet:
         granted: dict[str, list[Grant]] = {}
         for container in pod["spec"].get("containers") or []:
             wanted = {
-                name: quantity.ceil(quantity.parse(value))
+                name: math.ceil(kube.quantity(value))
                 for name, value in ((container.get("resources") or {}).get("limits") or {}).items()
             }
             call = Allocate(node_object, cards, held, pod, container["name"], wanted)

@@ -5,25 +5,29 @@
 - Admission by quota: the Pod's requests go through the shipped Configuration's resource
   transformations (KEP-2937: outputs × quantity, × the quantity of `multiplyBy` where the Pod
   asks for it; `Replace` drops the input, `Retain` keeps it; an empty `Replace` ignores the
-  input) — the configuration shipped for the device plugin the cluster runs; then, group by group, the first flavor of the
-  ClusterQueue whose node labels and taints the Pod accepts (only the flavor's own label keys
-  count) and whose quota holds the request is assigned. With `IgnoreUndeclared` only covered
-  resources are checked. An admitted Pod is ungated and given the flavor's node labels and
-  tolerations.
+  input) — the configuration shipped for the device plugin the cluster runs — and are counted
+  as Kueue counts them (CPU in millicores, anything else in whole units, each rounded up);
+  then, group by group, the first flavor of the ClusterQueue whose node labels and taints the
+  Pod accepts (only the flavor's own label keys count) and whose quota holds the request is
+  assigned. With `IgnoreUndeclared` only covered resources are checked. An admitted Pod is
+  ungated and given the flavor's node labels and tolerations.
 - Queues: a ClusterQueue write is refused, as Kueue's webhook refuses it, where a resource is
   covered or a flavor listed by more than one resource group; a ClusterQueue is Active when
-  every flavor it names exists and it is not stopped;
-  `HoldAndDrain` evicts its admitted workloads (a plain Pod is stopped by deleting it). Its
-  status reports reserving/admitted workloads and the reservation per flavor.
+  every flavor it names exists and it is not stopped; `HoldAndDrain` evicts its admitted
+  workloads (a plain Pod is stopped by deleting it). Its status reports reserving/admitted
+  workloads and the reservation per flavor.
 
 It never calls the product's credit rule: the charge of a Pod is whatever the shipped
-transformations make of the Pod's actual container requests.
+transformations make of the Pod's actual container requests. Quantities are read with
+Kubernetes' Python client and written in apimachinery's canonical form (`kube`), as Kueue
+writes its status and its messages (`1600k`, `800m`).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
@@ -31,7 +35,6 @@ from typing import Any
 
 import yaml
 
-from functions.core import quantity
 from functions.simulate import kube
 from functions.simulate.apiserver import Webhook
 from functions.simulate.client import Client
@@ -114,7 +117,7 @@ class Kueue:
                 continue
             scale = requested.get(transformation.get("multiplyBy", ""), Fraction(1))
             for output, factor in (transformation.get("outputs") or {}).items():
-                charge = amount * scale * quantity.parse(factor)
+                charge = amount * scale * kube.quantity(factor)
                 counted[output] = counted.get(output, Fraction(0)) + charge
             if transformation.get("strategy", "Retain") == "Retain":
                 counted[name] = counted.get(name, Fraction(0)) + amount
@@ -129,14 +132,14 @@ class Kueue:
         queue, why = self.cluster_queue(pod)
         assigned = None
         if queue is not None:
-            requests = {k: quantity.ceil(v) for k, v in self.requests(pod).items()}
+            requests = {k: charged(k, v) for k, v in self.requests(pod).items()}
             assigned, why = self.assign(pod, queue, requests)
         if queue is None or assigned is None:
             kube.set_conditions(workload, kube.condition("QuotaReserved", "False", "Pending", why))
             self.api.update_status(workload)
             return
         name = queue["metadata"]["name"]
-        usage = {r: quantity.format_decimal(requests[r]) for r in assigned}
+        usage = {r: kube.format_quantity(requests[r]) for r in assigned}
         workload["status"]["admission"] = {
             "clusterQueue": name,
             "podSetAssignments": [
@@ -193,7 +196,7 @@ class Kueue:
         pod: Mapping[str, Any],
         queue: Mapping[str, Any],
         group: Mapping[str, Any],
-        wanted: Mapping[str, int],
+        wanted: Mapping[str, Fraction],
     ) -> tuple[str | None, str]:
         reasons = []
         used = self.usage(queue["metadata"]["name"])
@@ -206,11 +209,14 @@ class Kueue:
             if mismatch:
                 reasons.append(mismatch)
                 continue
-            quota = {r["name"]: quantity.parse(r["nominalQuota"]) for r in entry["resources"]}
+            quota = {
+                r["name"]: charged(r["name"], kube.quantity(r["nominalQuota"]))
+                for r in entry["resources"]
+            }
             short = [
-                f"insufficient unused quota for {r} in flavor {entry['name']}, {quantity.format_decimal(amount)} more needed"
+                why
                 for r, amount in wanted.items()
-                if used.get((entry["name"], r), 0) + amount > quota.get(r, 0)
+                if (why := shortfall(entry["name"], r, amount, used, quota.get(r, Fraction(0))))
             ]
             if not short:
                 return entry["name"], ""
@@ -235,8 +241,8 @@ class Kueue:
     def admitted(self) -> list[dict[str, Any]]:
         return [w for w in self.api.list("Workload") if (w.get("status") or {}).get("admission")]
 
-    def usage(self, queue: str) -> dict[tuple[str, str], int]:
-        used: dict[tuple[str, str], int] = {}
+    def usage(self, queue: str) -> dict[tuple[str, str], Fraction]:
+        used: dict[tuple[str, str], Fraction] = {}
         for workload in self.admitted():
             admission = workload["status"]["admission"]
             if admission["clusterQueue"] != queue:
@@ -244,7 +250,7 @@ class Kueue:
             for assignment in admission["podSetAssignments"]:
                 for resource, amount in assignment["resourceUsage"].items():
                     key = (assignment["flavors"][resource], resource)
-                    used[key] = used.get(key, 0) + quantity.ceil(quantity.parse(amount))
+                    used[key] = used.get(key, 0) + charged(resource, kube.quantity(amount))
         return used
 
     def finish_workloads(self) -> None:
@@ -332,7 +338,7 @@ class Kueue:
                     "resources": [
                         {
                             "name": r,
-                            "total": quantity.format_decimal(used.get((entry["name"], r), 0)),
+                            "total": kube.format_quantity(used.get((entry["name"], r), 0)),
                             "borrowed": "0",
                         }
                         for r in group["coveredResources"]
@@ -383,9 +389,40 @@ def workload_of(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def shortfall(
+    flavor: str,
+    resource: str,
+    amount: Fraction,
+    used: Mapping[tuple[str, str], Fraction],
+    quota: Fraction,
+) -> str:
+    """Why the flavor's quota does not hold the request, as Kueue's flavor assigner words it
+    (`fitsResourceQuota`; a queue without a cohort can borrow nothing), or "" when it does."""
+    available = quota - used.get((flavor, resource), Fraction(0))
+    if amount > quota:
+        return (
+            f"insufficient quota for {resource} in flavor {flavor}, previously considered podsets"
+            f" requests (0) + current podset request ({kube.format_quantity(amount)}) > maximum"
+            f" capacity ({kube.format_quantity(quota)})"
+        )
+    if amount > available:
+        return (
+            f"insufficient unused quota for {resource} in flavor {flavor}, "
+            f"{kube.format_quantity(amount - available)} more needed"
+        )
+    return ""
+
+
+def charged(resource: str, amount: Fraction) -> Fraction:
+    """What Kueue counts of an amount (`resources.ResourceValue`): CPU in millicores, anything
+    else in whole units, each rounded up."""
+    unit = Fraction(1, 1000) if resource == "cpu" else Fraction(1)
+    return math.ceil(amount / unit) * unit
+
+
 def resource_requests(requests: Mapping[str, Fraction]) -> list[dict[str, Any]]:
     """`status.resourceRequests`: what Kueue counts for the pod set, after transformations."""
-    resources = {r: quantity.format_decimal(v) for r, v in sorted(requests.items()) if v}
+    resources = {r: kube.format_quantity(v) for r, v in sorted(requests.items()) if v}
     return [{"name": POD_SET, "resources": resources}]
 
 

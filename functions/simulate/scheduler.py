@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from functions.core import quantity
 from functions.simulate import kube
 from functions.simulate.client import Client
 from functions.simulate.hami import HamiScheduler
@@ -97,7 +96,7 @@ class Scheduler:
     def free(self, node: Mapping[str, Any]) -> dict[str, Fraction]:
         """The node's allocatable less what the Pods bound to it request."""
         allocatable = {
-            name: quantity.parse(value)
+            name: kube.quantity(value)
             for name, value in ((node.get("status") or {}).get("allocatable") or {}).items()
         }
         for pod in self.api.list("Pod"):
