@@ -15,13 +15,47 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from functions.core import resources
-
 PER_CARD = 1_600_000  # the plugin's units per card (reference §4.1)
 SHARES = 10  # ownership shares per card
 SLICE_SLOTS = {"nvidia": 128, "iluvatar": 128, "ascend": 63, "cambricon": 16, "hygon": 4}
 DEFAULT_SLICE_SLOTS = 16
 VISIBILITY_TOKENS = 512
+
+# The plugin's resource names, spelled here as the reference gives them (§2.1's table of known
+# manufacturers, §2.6, §5.3; partitions are `mig-<profile>` for NVIDIA, T-Head and Hygon, §6):
+# on purpose not taken from the product's key encoder, so a wrong key on either side shows.
+BASES = {
+    "amd": "amd.com/gpu",
+    "ascend": "huawei.com/npu",
+    "cambricon": "cambricon.com/mlu",
+    "hygon": "hygon.com/dcu",
+    "iluvatar": "iluvatar.com/gpu",
+    "metax": "metax-tech.com/gpu",
+    "mthreads": "mthreads.com/gpu",
+    "nvidia": "nvidia.com/gpu",
+    "thead": "alibabacloud.com/ppu",
+}
+PARTITION_KINDS = {"nvidia": "mig", "thead": "mig", "hygon": "mig"}
+SHARED, SLICED, PARTITIONED = ".shared", ".sliced", ".partitioned"
+SLICED_UNITS, PARTITIONED_UNITS = ".sliced.units", ".partitioned.units"
+SLICED_MEMORY_PERCENTAGE = ".sliced.memory-percentage"
+SLICED_CORES_PERCENTAGE = ".sliced.cores-percentage"
+SLICED_MEMORY_MIB = ".sliced.memory-mib"
+
+
+def base_of(manufacturer: str) -> str:
+    """A manufacturer's extended-resource name; an unknown one's `<m>.com/gpu` (§2.1)."""
+    return BASES.get(manufacturer, f"{manufacturer}.com/gpu")
+
+
+def partition_key(manufacturer: str, profile: str) -> str:
+    kind = PARTITION_KINDS.get(manufacturer, "mig")
+    return f"{base_of(manufacturer)}{PARTITIONED}.{kind}-{profile}"
+
+
+def visibility_key(manufacturer: str) -> str:
+    """The SSH sidecar's token (§2.6)."""
+    return f"device.gpustack.ai/{manufacturer}.visibility"
 
 
 @dataclass(frozen=True)
@@ -135,34 +169,34 @@ class GpustackPlugin:
     def advertise(self, node: Mapping[str, Any], cards: list[Card]) -> dict[str, int]:
         found: dict[str, int] = {}
         for card in cards:
-            base = resources.base_of(card.manufacturer)
+            base = base_of(card.manufacturer)
             for key, amount in self._tokens(card, base).items():
                 found[key] = found.get(key, 0) + amount
-            found[resources.visibility_key(card.manufacturer)] = (
-                found.get(resources.visibility_key(card.manufacturer), 0) + VISIBILITY_TOKENS
+            found[visibility_key(card.manufacturer)] = (
+                found.get(visibility_key(card.manufacturer), 0) + VISIBILITY_TOKENS
             )
         return found
 
     def _tokens(self, card: Card, base: str) -> dict[str, int]:
         if card.mig:
             tokens = {
-                base + resources.PARTITIONED: max(len(p) for p in card.profiles.values()),
-                base + resources.PARTITIONED_UNITS: PER_CARD,
+                base + PARTITIONED: max(len(p) for p in card.profiles.values()),
+                base + PARTITIONED_UNITS: PER_CARD,
             }
             for name, placements in card.profiles.items():
-                tokens[resources.partition_key(card.manufacturer, name)] = len(placements)
+                tokens[partition_key(card.manufacturer, name)] = len(placements)
             return tokens
         if not card.healthy:
             return {}
         slots = SLICE_SLOTS.get(card.manufacturer, DEFAULT_SLICE_SLOTS)
         return {
             base: 1,
-            base + resources.SHARED: SHARES,
-            base + resources.SLICED: slots,
-            base + resources.SLICED_UNITS: PER_CARD,
-            base + resources.SLICED_MEMORY_PERCENTAGE: 100,
-            base + resources.SLICED_CORES_PERCENTAGE: slots * 100,
-            base + resources.SLICED_MEMORY_MIB: card.memory_mib,
+            base + SHARED: SHARES,
+            base + SLICED: slots,
+            base + SLICED_UNITS: PER_CARD,
+            base + SLICED_MEMORY_PERCENTAGE: 100,
+            base + SLICED_CORES_PERCENTAGE: slots * 100,
+            base + SLICED_MEMORY_MIB: card.memory_mib,
         }
 
     def allocate(self, call: Allocate) -> list[Grant] | str:
@@ -181,12 +215,12 @@ class GpustackPlugin:
     def _grant(
         self, cards: list[Card], books: dict[str, _Books], base: str, wanted: Mapping[str, int]
     ) -> list[Grant] | str:
-        if wanted.get(resources.PARTITIONED):
+        if wanted.get(PARTITIONED):
             return _partition(cards, books, base, wanted)
-        if wanted.get(resources.SLICED):
-            return _slice(cards, books, base, wanted.get(resources.SLICED_UNITS, 0))
-        if wanted.get(resources.SHARED):
-            return _shares(cards, books, base, wanted[resources.SHARED])
+        if wanted.get(SLICED):
+            return _slice(cards, books, base, wanted.get(SLICED_UNITS, 0))
+        if wanted.get(SHARED):
+            return _shares(cards, books, base, wanted[SHARED])
         if wanted.get(""):
             return _whole(cards, books, base, wanted[""])
         return []
@@ -198,7 +232,7 @@ def _requests_by_base(
     """The container's accelerator requests by (manufacturer, base): suffix → amount."""
     found: dict[tuple[str, str], dict[str, int]] = {}
     for manufacturer in sorted({c.manufacturer for c in cards}):
-        base = resources.base_of(manufacturer)
+        base = base_of(manufacturer)
         for key, amount in wanted.items():
             if key == base or key.startswith(base + "."):
                 found.setdefault((manufacturer, base), {})[key[len(base) :]] = amount
@@ -238,13 +272,11 @@ def _shares(
         if _usable(c, books, "shared") and books.get(c.uuid, _Books()).holders < SHARES
     ]
     if len(open_cards) < count:
-        return f"{base}{resources.SHARED}: a share on {count} distinct cards requested, {len(open_cards)} have one"
+        return f"{base}{SHARED}: a share on {count} distinct cards requested, {len(open_cards)} have one"
     grants = []
     for card in open_cards[:count]:
         replica = books.get(card.uuid, _Books()).holders
-        grants.append(
-            Grant(base + resources.SHARED, (f"{card.uuid}::{replica}",), card.uuid, "shared")
-        )
+        grants.append(Grant(base + SHARED, (f"{card.uuid}::{replica}",), card.uuid, "shared"))
     return grants
 
 
@@ -261,24 +293,22 @@ def _slice(cards: list[Card], books: dict[str, _Books], base: str, units: int) -
         and 0 < units <= free_units(c)
     ]
     if not fitting:
-        return f"{base}{resources.SLICED}: no card has {units} units and a slice slot free"
+        return f"{base}{SLICED}: no card has {units} units and a slice slot free"
     card = min(fitting, key=lambda c: (free_units(c), c.index))  # the fullest that still fits
-    return [Grant(base + resources.SLICED, (card.uuid,), card.uuid, "sliced", units=units)]
+    return [Grant(base + SLICED, (card.uuid,), card.uuid, "sliced", units=units)]
 
 
 def _partition(
     cards: list[Card], books: dict[str, _Books], base: str, wanted: Mapping[str, int]
 ) -> list[Grant] | str:
-    prefix = resources.PARTITIONED + "."
+    prefix = PARTITIONED + "."
     profiles = [
         s[len(prefix) :].split("-", 1)[1]
         for s in wanted
-        if s.startswith(prefix) and s != resources.PARTITIONED_UNITS
+        if s.startswith(prefix) and s != PARTITIONED_UNITS
     ]
     if len(profiles) != 1:
-        return (
-            f"{base}{resources.PARTITIONED}: exactly one profile must be requested, got {profiles}"
-        )
+        return f"{base}{PARTITIONED}: exactly one profile must be requested, got {profiles}"
     profile = profiles[0]
     for card in cards:
         if not card.healthy or profile not in card.profiles:
@@ -288,14 +318,14 @@ def _partition(
             if not any(placement.overlaps(t) for t in taken):
                 mig_uuid = f"MIG-{card.uuid.removeprefix('GPU-')}-{placement.start}-{profile}"
                 grant = Grant(
-                    base + resources.PARTITIONED,
+                    base + PARTITIONED,
                     (mig_uuid,),
                     card.uuid,
                     "partitioned",
-                    units=wanted.get(resources.PARTITIONED_UNITS, 0),
+                    units=wanted.get(PARTITIONED_UNITS, 0),
                     placement=placement,
                     profile=profile,
                     created=True,
                 )
                 return [grant]
-    return f"{base}{resources.PARTITIONED}: no card has a free placement of {profile}"
+    return f"{base}{PARTITIONED}: no card has a free placement of {profile}"
