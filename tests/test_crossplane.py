@@ -199,3 +199,40 @@ def test_every_handler_composes_the_same_bytes_through_either_protocol(settled):
         "InstancePersistentVolume",
         "GPUClass",
     }
+
+
+# --- a composite's conditions, as Crossplane keeps them -------------------------------------------
+
+
+def test_a_condition_a_function_stops_sending_stays_and_a_fatal_result_makes_it_unknown():
+    """Crossplane sets the conditions a function sends on the XR's own and keeps the others;
+    after a Fatal result, each condition of the function's reads Unknown (reconciler.go)."""
+    mode = {"now": "send"}
+
+    def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        rsp = run_function(req)
+        if mode["now"] == "send":
+            rsp.conditions.add(type="Custom", status=fnv1.STATUS_CONDITION_TRUE, reason="Sent")
+        elif mode["now"] == "fail":
+            rsp.results.add(severity=fnv1.SEVERITY_FATAL, message="the step failed")
+        return rsp
+
+    world = world_from([WALKTHROUGH / name for name in CLUSTER], run)
+
+    def custom() -> tuple[str, str, str]:
+        found = world.get("Catalog", "default")["status"]["conditions"]
+        condition = next(c for c in found if c["type"] == "Custom")
+        return condition["status"], condition["reason"], condition["message"]
+
+    world.reconcile()
+    assert custom() == ("True", "Sent", "")
+    mode["now"] = "quiet"
+    world.reconcile()
+    assert custom() == ("True", "Sent", "")  # not sent, not removed
+    mode["now"] = "fail"
+    world.reconcile()
+    assert custom() == (
+        "Unknown",
+        "FatalError",
+        "A fatal error occurred before the status of this condition could be determined.",
+    )

@@ -3,7 +3,8 @@
 - The pipeline runs through the classic loop (`functions.pipeline`) against the real function,
   as the caller this world plays (Crossplane 2.2+, or 1.x with `extra_resources`).
 - A Fatal result stops the reconcile: nothing is applied or garbage collected; the composite is
-  `Synced=False` with the message.
+  `Synced=False` with the message, and each condition a function set before reads Unknown
+  (reason `FatalError`). A condition a function no longer sends stays as it was.
 - Composed resources are server-side applied (fields this manager set before and not now go;
   other managers' fields stay), carry the composite label and composition-resource-name, and
   land in a namespaced composite's own namespace; resources no longer desired are deleted.
@@ -35,6 +36,8 @@ COMPOSITE = "crossplane.io/composite"
 RESOURCE_NAME = "crossplane.io/composition-resource-name"
 SERVICE_ACCOUNT = "system:serviceaccount:crossplane-system:crossplane"
 COMPOSE_VERBS = ("get", "list", "watch", "patch", "delete")
+SYSTEM_CONDITIONS = frozenset({"Ready", "Synced", "Healthy"})  # Crossplane's own, not a function's
+FATAL_UNKNOWN = "A fatal error occurred before the status of this condition could be determined."
 CORE_PLURALS = {"PersistentVolumeClaim": "persistentvolumeclaims", "StorageClass": "storageclasses"}
 
 
@@ -117,6 +120,7 @@ class Crossplane:
         observed = {
             n: o for n, k in owned.items() if (o := self.api.get(k.kind, k.name, k.namespace))
         }
+        rsp = None  # the pipeline's response, once it has run
         try:
             root = self.label_root(composite)
             rsp, results = pipeline.run_pipeline(
@@ -133,9 +137,14 @@ class Crossplane:
                 return self.unsynced(composite, fatal[0].message)
             self.apply_desired(key, root, owned, rsp)
         except (Forbidden, Refused) as error:
-            return self.unsynced(composite, f"cannot compose resources: {error}")
+            sent = pipeline.composite_conditions(rsp)[2:] if rsp is not None else []
+            return self.unsynced(composite, f"cannot compose resources: {error}", sent)
         composite = self.api.get(key.kind, key.name, key.namespace) or composite
-        composite["status"] = StructView(rsp.desired.composite.resource).to_dict().get("status", {})
+        # The conditions a function no longer sends stay as they were: Crossplane sets those it
+        # is sent on the XR's own (reconciler.go); the rest of the status is the desired one.
+        kept = (composite.get("status") or {}).get("conditions") or []
+        desired = StructView(rsp.desired.composite.resource).to_dict().get("status", {})
+        composite["status"] = {**desired, "conditions": kept}
         conditions = pipeline.composite_conditions(rsp)
         kube.set_conditions(composite, *(kube.condition(**_fields(c)) for c in conditions))
         self.api.update_status(composite)
@@ -209,8 +218,21 @@ class Crossplane:
         for child in self.owned.pop(key, {}).values():
             self.delete(child)
 
-    def unsynced(self, composite: dict[str, Any], message: str) -> None:
-        kube.set_conditions(composite, kube.condition("Synced", "False", "ReconcileError", message))
+    def unsynced(
+        self, composite: dict[str, Any], message: str, sent: Iterable[Mapping[str, str]] = ()
+    ) -> None:
+        """A reconcile that failed: Synced=False; the function's conditions that were `sent`
+        are set, and every other condition of its own reads Unknown (reconciler.go: "A fatal
+        error occurred before the status of this condition could be determined.")."""
+        sent = [kube.condition(**_fields(c)) for c in sent]
+        seen = {c["type"] for c in sent} | SYSTEM_CONDITIONS
+        unknown = [
+            kube.condition(c["type"], "Unknown", "FatalError", FATAL_UNKNOWN)
+            for c in (composite.get("status") or {}).get("conditions") or []
+            if c["type"] not in seen
+        ]
+        failed = kube.condition("Synced", "False", "ReconcileError", message)
+        kube.set_conditions(composite, failed, *sent, *unknown)
         self.api.update_status(composite)
 
     def _api_version(self, key: Key) -> str:
