@@ -418,6 +418,19 @@ def test_inactive_holds_the_queue(world):
     assert world.get("ClusterQueue", T4)["spec"]["stopPolicy"] == "Hold"
     assert world.get("InstanceType", T4)["status"]["phase"] == "Inactive"
     assert world.get("InstanceType", T4)["status"]["phaseMessage"] == "cluster queue is held"
+    # Kueue's own words for it, on the queue and on each of its LocalQueues
+    (active,) = world.get("ClusterQueue", T4)["status"]["conditions"]
+    assert (active["status"], active["reason"], active["message"]) == (
+        "False",
+        "Stopped",
+        "Can't admit new workloads: is stopped.",
+    )
+    locals_ = [q for q in world.list("LocalQueue") if q["spec"]["clusterQueue"] == T4]
+    assert locals_ and all(
+        (c["status"], c["reason"]) == ("False", "ClusterQueueIsInactive")
+        for q in locals_
+        for c in q["status"]["conditions"]
+    )
 
 
 def test_every_composed_object_validates_against_the_upstream_schemas(world):

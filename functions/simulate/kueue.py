@@ -282,41 +282,14 @@ class Kueue:
     def activate_queues(self) -> None:
         flavors = {f["metadata"]["name"] for f in self.api.list("ResourceFlavor")}
         for queue in self.api.list("ClusterQueue"):
-            named = [
-                f["name"]
-                for g in queue["spec"].get("resourceGroups", [])
-                for f in g.get("flavors", [])
-            ]
-            missing = [name for name in named if name not in flavors]
-            if missing:
-                active = kube.condition(
-                    "Active",
-                    "False",
-                    "FlavorNotFound",
-                    f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}",
-                )
-            elif queue["spec"].get("stopPolicy", "None") != "None":
-                active = kube.condition(
-                    "Active",
-                    "False",
-                    "Stopped",
-                    "Can't admit new workloads: the ClusterQueue is stopped",
-                )
-            else:
-                active = kube.condition("Active", "True", "Ready", "Can admit new workloads")
-            kube.set_conditions(queue, active)
+            kube.set_conditions(queue, queue_active(queue, flavors))
             self.api.update_status(queue)
-        queues = {q["metadata"]["name"] for q in self.api.list("ClusterQueue")}
+        active = {
+            q["metadata"]["name"]: kube.condition_status(q, "Active") == "True"
+            for q in self.api.list("ClusterQueue")
+        }
         for local in self.api.list("LocalQueue"):
-            there = local["spec"]["clusterQueue"] in queues
-            kube.set_conditions(
-                local,
-                kube.condition(
-                    "Active",
-                    "True" if there else "False",
-                    "Ready" if there else "ClusterQueueDoesNotExist",
-                ),
-            )
+            kube.set_conditions(local, local_queue_active(local, active))
             self.api.update_status(local)
 
     def report_usage(self) -> None:
@@ -387,6 +360,46 @@ def workload_of(pod: Mapping[str, Any]) -> dict[str, Any]:
             ],
         },
     }
+
+
+def queue_active(queue: Mapping[str, Any], flavors: set[str]) -> dict[str, str]:
+    """A ClusterQueue's Active condition, as Kueue's cache words it (`inactiveReason`): the
+    reasons in its order, the first one the condition's."""
+    named = [
+        f["name"] for g in queue["spec"].get("resourceGroups", []) for f in g.get("flavors", [])
+    ]
+    missing = [name for name in named if name not in flavors]
+    found = []
+    if queue["spec"].get("stopPolicy", "None") != "None":
+        found.append(("Stopped", "is stopped"))
+    if missing:
+        found.append(
+            ("FlavorNotFound", f"references missing ResourceFlavor(s): {','.join(missing)}")
+        )
+    if not found:
+        return kube.condition("Active", "True", "Ready", "Can admit new workloads")
+    message = f"Can't admit new workloads: {', '.join(m for _, m in found)}."
+    return kube.condition("Active", "False", found[0][0], message)
+
+
+def local_queue_active(local: Mapping[str, Any], active: Mapping[str, bool]) -> dict[str, str]:
+    """A LocalQueue's Active condition, as Kueue's LocalQueue controller words it."""
+    cluster_queue = local["spec"]["clusterQueue"]
+    if cluster_queue not in active:
+        return kube.condition(
+            "Active",
+            "False",
+            "ClusterQueueDoesNotExist",
+            "Can't submit new workloads to clusterQueue",
+        )
+    if not active[cluster_queue]:
+        return kube.condition(
+            "Active",
+            "False",
+            "ClusterQueueIsInactive",
+            "Can't submit new workloads to clusterQueue",
+        )
+    return kube.condition("Active", "True", "Ready", "Can submit new workloads to localQueue")
 
 
 def shortfall(
