@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import pytest
+import yaml
 
 from functions.core import mig
 from functions.core.modes import Mode
@@ -20,6 +21,7 @@ from functions.simulate import kube, world_from
 from functions.simulate import kueue as simulated_kueue
 from functions.simulate.apiserver import ApiServer
 from functions.simulate.client import Client
+from functions.simulate.kueue import QUEUE_NAME as QUEUE
 from functions.simulate.kueue import Kueue
 from functions.simulate.store import Store
 from tests.support.schemas import ROOT
@@ -239,3 +241,43 @@ def cpu_instance(name: str) -> dict:
             "volume": {"ephemeral": {"capacity": "1Gi"}},
         },
     }
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "selected"),
+    [
+        (None, {"team": "a"}, False),  # a ClusterQueue without a selector admits no namespace
+        ({}, {}, True),
+        ({"matchLabels": {"team": "a"}}, {"team": "a"}, True),
+        ({"matchLabels": {"team": "a"}}, {"team": "b"}, False),
+        ({"matchExpressions": [{"key": "team", "operator": "Exists"}]}, {"team": "b"}, True),
+        (
+            {"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["b"]}]},
+            {"team": "b"},
+            False,
+        ),
+    ],
+)
+def test_a_cluster_queues_namespace_selector_is_a_label_selector(selector, labels, selected):
+    assert kube.label_selector_matches(selector, labels) is selected
+
+
+def test_without_the_pod_integration_kueue_leaves_pods_alone(tmp_path):
+    """Kueue's Pod webhook runs only when the configuration lists `pod`: a labelled Pod is
+    then neither gated nor given a Workload."""
+    shipped = yaml.safe_load((SHIPPED / "gpustack.yaml").read_text())
+    shipped["integrations"]["frameworks"] = ["batch/job"]
+    configuration = tmp_path / "kueue.yaml"
+    configuration.write_text(yaml.safe_dump(shipped))
+    kueue = Kueue(Client(ApiServer(Store())), configuration)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default", "labels": {QUEUE: "q"}},
+        "spec": {"containers": [{"name": "main", "image": "x"}]},
+    }
+    kueue.api.apply(pod)
+    kueue.run()
+    stored = kueue.api.get("Pod", "p", "default")
+    assert "schedulingGates" not in stored["spec"]
+    assert kueue.api.list("Workload") == []

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from functions.cli import main
-from functions.simulate import World, load_documents, world_from
+from functions.simulate import World, kube, load_documents, world_from
 from functions.simulate.client import Client
 from functions.simulate.nodelifecycle import (
     NodeLifecycle,
@@ -295,3 +295,34 @@ def test_a_cordoned_node_is_tainted_until_it_is_uncordoned(world_after_start):
     world.api.merge_patch("Node", "node-t4-b", {"spec": {"unschedulable": False}})
     world.reconcile()
     assert "taints" not in world.get("Node", "node-t4-b")["spec"]
+
+
+@pytest.mark.parametrize(
+    ("affinity_terms", "labels", "selected"),
+    [
+        ([{}], {"pool": "a"}, False),  # an empty term selects no node
+        ([{}, {"matchExpressions": [{"key": "pool", "operator": "Exists"}]}], {"pool": "a"}, True),
+        (
+            [{"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["9"]}]}],
+            {"n": "10"},
+            True,
+        ),
+        (
+            [{"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["9"]}]}],
+            {"n": "1_0"},
+            False,
+        ),
+    ],
+    ids=["empty term", "empty term ORed", "Gt", "Gt reads Go's integers"],
+)
+def test_required_node_affinity_as_kube_scheduler_reads_it(affinity_terms, labels, selected):
+    spec = {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": affinity_terms
+                }
+            }
+        }
+    }
+    assert kube.selects(spec, labels) is selected

@@ -8,6 +8,7 @@ components' rules, never by the product's own (DESIGN §7), so nothing here impo
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 from kubernetes.utils import parse_quantity
 
 NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 # The simulated cluster has no clock: every transition happens at the same instant, so the
 # same scenario always writes the same objects.
 TRANSITION_TIME = "2026-01-01T00:00:00Z"
@@ -110,10 +112,24 @@ def selects(
         expressions = [
             e for e in term.get("matchExpressions") or [] if allowed is None or e["key"] in allowed
         ]
+        if not expressions and allowed is None:
+            continue  # an empty term selects no node (kube-scheduler's NodeSelectorTerm)
         if not expressions:
-            return True  # an emptied term matches anything: terms are ORed
+            return True  # Kueue: a term emptied of other keys matches; terms are ORed
         kept_terms.append(expressions)
     return any(all(_matches(e, labels) for e in term) for term in kept_terms)
+
+
+def label_selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector: null selects nothing, `{}` everything, else every `matchLabels`
+    pair and every `matchExpressions` requirement must hold."""
+    if selector is None:
+        return False
+    wanted = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    return all(labels.get(k) == v for k, v in wanted.items()) and all(
+        _matches(e, labels) for e in expressions
+    )
 
 
 def _matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -127,11 +143,10 @@ def _matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
         return value is not None
     if operator == "DoesNotExist":
         return value is None
-    if operator in ("Gt", "Lt"):
-        try:
-            number, bound = int(value or ""), int(values[0])
-        except (ValueError, IndexError):
+    if operator in ("Gt", "Lt"):  # whole numbers as Go's strconv.ParseInt reads them
+        if not values or not (_INTEGER.match(value or "") and _INTEGER.match(values[0])):
             return False
+        number, bound = int(value or ""), int(values[0])
         return number > bound if operator == "Gt" else number < bound
     return False
 

@@ -60,11 +60,20 @@ class Kueue:
         )
 
     @property
-    def resources(self) -> dict[str, Any]:
+    def configuration(self) -> dict[str, Any]:
         path = self.configurations
         if path.is_dir():
             path = path / f"{kube.device_plugin(self.api)}.yaml"
-        return _resources(path, path.stat().st_mtime_ns)
+        return _configuration(path, path.stat().st_mtime_ns)
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        return self.configuration.get("resources") or {}
+
+    @property
+    def manages_pods(self) -> bool:
+        """The pod integration is on: Kueue's webhook gates Pods only then."""
+        return "pod" in ((self.configuration.get("integrations") or {}).get("frameworks") or [])
 
     @property
     def transformations(self) -> dict[str, Any]:
@@ -76,7 +85,7 @@ class Kueue:
 
     def run(self) -> None:
         self.activate_queues()
-        for pod in self.api.list("Pod"):
+        for pod in self.api.list("Pod") if self.manages_pods else ():
             if QUEUE_NAME in kube.labels_of(pod):
                 self.gate(pod)
         self.finish_workloads()
@@ -166,6 +175,9 @@ class Kueue:
         queue = self.api.get("ClusterQueue", local["spec"]["clusterQueue"])
         if queue is None or kube.condition_status(queue, "Active") != "True":
             return None, f"ClusterQueue {local['spec']['clusterQueue']} is inactive"
+        labels = kube.labels_of(self.api.get("Namespace", namespace))
+        if not kube.label_selector_matches(queue["spec"].get("namespaceSelector"), labels):
+            return None, "workload namespace doesn't match ClusterQueue selector"
         return queue, ""
 
     def assign(
@@ -462,9 +474,9 @@ def _mismatch(pod: Mapping[str, Any], flavor: Mapping[str, Any]) -> str:
 
 
 @functools.cache
-def _resources(path: Path, modified: int) -> dict[str, Any]:
-    """A configuration's `resources`, read again only when the file changes."""
-    return (yaml.safe_load(path.read_text()) or {}).get("resources") or {}
+def _configuration(path: Path, modified: int) -> dict[str, Any]:
+    """A Kueue Configuration, read again only when the file changes."""
+    return yaml.safe_load(path.read_text()) or {}
 
 
 def admit_cluster_queue(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
