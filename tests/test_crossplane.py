@@ -236,3 +236,25 @@ def test_a_condition_a_function_stops_sending_stays_and_a_fatal_result_makes_it_
         "FatalError",
         "A fatal error occurred before the status of this condition could be determined.",
     )
+
+
+def test_a_composed_field_the_schema_lacks_fails_the_apply_not_pruned():
+    """Crossplane server-side applies what it composes, and SSA's typed patch has no place for
+    a field the kind's schema lacks: the whole apply fails, where a plain write would prune it
+    with a warning, and a product bug would pass unseen."""
+
+    def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        rsp = run_function(req)
+        for name, composed in rsp.desired.resources.items():
+            if name.startswith("flavor-"):
+                composed.resource["spec"]["nodeLabelz"] = {"typo": "yes"}
+        return rsp
+
+    world = world_from([WALKTHROUGH / name for name in CLUSTER], run)
+    world.reconcile()
+    synced = next(
+        c for c in world.get("Catalog", "default")["status"]["conditions"] if c["type"] == "Synced"
+    )
+    assert synced["status"] == "False"
+    assert "spec.nodeLabelz: Forbidden: field not declared in schema" in synced["message"]
+    assert world.list("ResourceFlavor") == []

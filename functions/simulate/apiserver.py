@@ -70,15 +70,17 @@ class ApiServer:
         self.warnings: list[str] = []
         self.webhooks: list[Webhook] = []
 
-    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Store a new object at generation 1 (with the status it is given)."""
+    def create(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
+        """Store a new object at generation 1 (with the status it is given). `strict`: an
+        unknown field is refused rather than pruned (Strict field validation, and what
+        server-side apply does: its typed patch has no place for a field the schema lacks)."""
         obj = _copy_of(obj)
         if self._stored(obj) is not None:
             raise self._refusal(obj, ALREADY_EXISTS, "already exists")
         obj["metadata"]["generation"] = 1
-        return self._write(obj, None)
+        return self._write(obj, None, strict=strict)
 
-    def update(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def update(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
         """Replace the object's spec and metadata; its status stays the stored one."""
         obj = _copy_of(obj)
         old = self._stored(obj)
@@ -88,11 +90,13 @@ class ApiServer:
             obj.pop("status", None)
             if "status" in old:
                 obj["status"] = copy.deepcopy(old["status"])
-        return self._write(obj, old)
+        return self._write(obj, old, strict=strict)
 
-    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
         """Create the object, or update it when it exists (its status stays the stored one)."""
-        return self.update(obj) if self._stored(obj) is not None else self.create(obj)
+        if self._stored(obj) is not None:
+            return self.update(obj, strict)
+        return self.create(obj, strict)
 
     def update_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         """The status subresource: only `obj`'s status is taken; spec, metadata and generation stay."""
@@ -159,10 +163,12 @@ class ApiServer:
         schema = self._schema(obj)
         return schema is None or schema.status_subresource  # unknown kinds: as most kinds are
 
-    def _write(self, obj: dict, old: dict | None, status_only: bool = False) -> dict[str, Any]:
+    def _write(
+        self, obj: dict, old: dict | None, status_only: bool = False, strict: bool = False
+    ) -> dict[str, Any]:
         schema = self._schema(obj)
         if schema is not None:
-            checked = check(schema, obj, old, status_only=status_only)
+            checked = check(schema, obj, old, status_only=status_only, strict=strict)
             if checked.errors:
                 raise _invalid(schema, obj, checked.errors)
             self.warnings += checked.warnings

@@ -25,9 +25,10 @@ class Client:
     def list(self, kind: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(obj) for obj in self.api.store.list(kind)]
 
-    def apply(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        """Create or update; returns what was stored (with the API server's defaults)."""
-        return copy.deepcopy(self.api.apply(obj))
+    def apply(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
+        """Create or update; returns what was stored (with the API server's defaults).
+        `strict`: an unknown field is refused, not pruned (`ApiServer.create`)."""
+        return copy.deepcopy(self.api.apply(obj, strict))
 
     def update_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         return copy.deepcopy(self.api.update_status(obj))

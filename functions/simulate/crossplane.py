@@ -6,7 +6,8 @@
   `Synced=False` with the message, and each condition a function set before reads Unknown
   (reason `FatalError`). A condition a function no longer sends stays as it was.
 - Composed resources are server-side applied (fields this manager set before and not now go;
-  other managers' fields stay), carry the composite label and composition-resource-name, and
+  other managers' fields stay; a field the kind's schema lacks fails the apply, as SSA's typed
+  patch does, where a plain write would prune it), carry the composite label and composition-resource-name, and
   land in a namespaced composite's own namespace; resources no longer desired are deleted.
 - RBAC: Crossplane reaches only what its service account may — its own XRD kinds, plus what the
   package's ClusterRole (aggregated into Crossplane's) grants. Fetching a required resource
@@ -208,7 +209,7 @@ class Crossplane:
         previous, applied = self.applied.get(key, {}), copy.deepcopy(desired)
         if existing is not None:  # server-side apply: other managers' fields stay
             desired = _server_side_apply(existing, previous, desired)
-        self.api.apply(desired)
+        self.api.apply(desired, strict=True)  # SSA refuses a field the schema lacks
         self.applied[key] = applied
 
     def delete(self, key: Key) -> None:
