@@ -140,6 +140,11 @@ def test_a_worker_waits_for_its_gpus_on_one_host(world):
     assert workers(world) == ["gpu-workers-0"]
     assert status(world)["phase"] == "Scheduling"
     assert status(world)["readyReplicas"] == 0
+    launcher = world.get("Pod", "virt-launcher-gpu-workers-0", NAMESPACE)
+    unplaced = next(c for c in launcher["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert unplaced["status"] == "False"
+    worker = status(world)["workers"][0]  # the scheduler's words, as KubeVirt copies them
+    assert (worker["phase"], worker["phaseMessage"]) == ("Scheduling", unplaced["message"])
 
 
 def test_the_example_instance_type_is_what_the_handler_publishes():

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from functions.simulate import World, load_documents, world_from
+from functions.simulate import World, kube, load_documents, world_from
 from functions.simulate.apiserver import ApiServer, Refused
 from functions.simulate.client import Client
-from functions.simulate.kubevirt import KubeVirt
+from functions.simulate.kubevirt import KubeVirt, launcher_of
 from functions.simulate.store import Store
 from tests.support import schemas
 from tests.support.schemas import ROOT
@@ -406,6 +406,60 @@ def test_the_per_vm_limit_counts_eligible_nodes_only(new_gpu):
     )
 
 
+# --- why a VM is not placed: the scheduler's words, as KubeVirt copies them onto the VMI ------
+
+
+def scheduler_says(world: World, name: str = "vm-1") -> str:
+    """The launcher Pod's PodScheduled=False message, in the scheduler's own words ("")."""
+    pod = world.get("Pod", f"virt-launcher-{name}", "default")
+    unplaced = [
+        c
+        for c in (pod or {}).get("status", {}).get("conditions") or []
+        if (c["type"], c["status"]) == ("PodScheduled", "False")
+    ]
+    return unplaced[0]["message"] if unplaced else ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    name: str
+    count: int  # whole GPUs asked of example-whole-gpu; gpu-a, the one eligible node, has 3 free
+    phase: str  # the Instance's
+    scheduled: tuple[str, str]  # its Scheduled condition's status and reason
+    vmi: tuple[str, str]  # the VMI's phase and Ready status, as KubeVirt writes them
+
+
+PLACEMENTS = [
+    Placement(
+        "a VM no node can place shows the scheduler's reason",
+        4,
+        "Scheduling",
+        ("False", "WaitingForCapacity"),
+        ("Scheduling", "False"),
+    ),
+    Placement(
+        "a VM placed and running reads Ready",
+        2,
+        "Ready",
+        ("True", "Scheduled"),
+        ("Running", "True"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PLACEMENTS, ids=[c.name for c in PLACEMENTS])
+def test_the_instance_says_why_its_vm_is_not_placed(world, case):
+    world.apply(vm([{"className": "example-whole-gpu", "count": case.count}]))
+    world.reconcile()
+    why = scheduler_says(world)  # "" once the launcher is placed
+    assert why.startswith("0/") == (case.phase == "Scheduling")
+    assert (status(world)["phase"], status(world).get("phaseMessage", "")) == (case.phase, why)
+    assert condition(world, "Scheduled") == (*case.scheduled, why)
+    found = world.get("VirtualMachineInstance", "vm-1", "default")["status"]
+    ready = next(c for c in found["conditions"] if c["type"] == "Ready")
+    assert (found["phase"], ready["status"]) == case.vmi
+
+
 # --- vGPU entitlement: the platform's, each tenant's and every parent's ------------------------
 
 ENTITLED = "gpu.cozystack.io/vgpu"
@@ -502,36 +556,166 @@ def test_a_licensed_class_delivers_its_feature_type(world):
     assert workload(world)[1]["gridd.conf"] == "RmVhdHVyZVR5cGU9NAo="  # FeatureType=4
 
 
-# --- a VMI that ends Failed is replaced: the next start ------------------------------------------
+# --- KubeVirt's stand-in: a VMI's phase and conditions, from its launcher -----------------------
 
 
-def kubevirt_alone(vmi_status: dict, launcher: dict | None) -> dict:
-    """KubeVirt's stand-in, one pass over a VMI (and its launcher): the VMI as it leaves it."""
-    api = ApiServer(Store())
-    vmi = {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {"name": "vm-1", "namespace": "default"},
-        "spec": {"domain": {"devices": {}}},
+VMI = {
+    "apiVersion": "kubevirt.io/v1",
+    "kind": "VirtualMachineInstance",
+    "metadata": {"name": "vm-1", "namespace": "default"},
+    "spec": {"domain": {"devices": {}}},
+}
+UNSCHEDULABLE = "0/4 nodes are available: 4 Insufficient example.com/whole-gpu."
+NOT_RUNNING = ("False", "GuestNotRunning", "Guest VM is not reported as running")
+NO_LAUNCHER = ("False", "PodNotExists", "virt-launcher pod has not yet been scheduled")
+LAUNCHER_DOWN = ("False", "PodTerminating", "virt-launcher pod is terminating")
+
+
+def launcher(phase: str, *conditions: tuple[str, str, str, str]) -> dict:
+    """vm-1's virt-launcher Pod as the scheduler and the kubelet leave it (bound once Running)."""
+    pod = launcher_of(VMI)
+    if phase != "Pending":
+        pod["spec"]["nodeName"] = "gpu-a"
+    pod["status"] = {
+        "phase": phase,
+        "conditions": [kube.condition(*c) for c in conditions],
+        "podIPs": [{"ip": "10.244.1.1"}],
     }
-    api.create(vmi)
-    api.update_status({**vmi, "status": vmi_status})
-    if launcher is not None:
-        api.create(launcher)
+    return pod
+
+
+UNPLACED_LAUNCHER = launcher("Pending", ("PodScheduled", "False", "Unschedulable", UNSCHEDULABLE))
+RUNNING_LAUNCHER = launcher("Running", ("PodScheduled", "True", "", ""), ("Ready", "True", "", ""))
+FAILED_LAUNCHER = launcher("Failed")
+
+
+def kubevirt_alone(vmi_status: dict, found: dict | None) -> tuple[dict, bool]:
+    """KubeVirt's stand-in, one pass over a VMI (and its launcher): the VMI's status as it leaves
+    it, and whether a launcher exists then."""
+    api = ApiServer(Store())
+    api.create({**VMI, "status": vmi_status})
+    if found is not None:
+        api.create(found)
     KubeVirt(Client(api)).run()
-    return api.store.get("VirtualMachineInstance", "vm-1", "default")["status"]
+    launched = api.store.get("Pod", "virt-launcher-vm-1", "default") is not None
+    return api.store.get("VirtualMachineInstance", "vm-1", "default")["status"], launched
 
 
-def test_kubevirt_never_gives_a_vmi_a_second_launcher():
-    ran = {"phase": "Running", "nodeName": "gpu-a"}
-    assert kubevirt_alone(ran, None)["phase"] == "Failed"
-    assert kubevirt_alone({"phase": "Failed"}, None)["phase"] == "Failed"  # final: left alone
-    assert kubevirt_alone({"phase": "Scheduling"}, None)["phase"] == "Scheduling"  # launched now
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    before: dict  # the VMI's status
+    launcher: dict | None
+    phase: str
+    conditions: dict[str, tuple[str, str, str]]  # by type: status, reason, message
+
+
+# KubeVirt v1.9.0: pkg/virt-controller/watch/vmi/lifecycle.go (`updateStatus`,
+# `syncReadyConditionFromPod`) and pkg/virt-handler/vm.go (`calculateVmPhaseForStatusReason`).
+PASSES = [
+    Pass(
+        "a new VMI gets its launcher and is Scheduling",
+        {},
+        None,
+        "Scheduling",
+        {"Ready": NOT_RUNNING},
+    ),
+    Pass("a Pending VMI alike", {"phase": "Pending"}, None, "Scheduling", {"Ready": NOT_RUNNING}),
+    Pass(
+        "an unschedulable launcher's PodScheduled condition is copied; Ready says only that the "
+        "guest is not running",
+        {"phase": "Scheduling"},
+        UNPLACED_LAUNCHER,
+        "Scheduling",
+        {"Ready": NOT_RUNNING, "PodScheduled": ("False", "Unschedulable", UNSCHEDULABLE)},
+    ),
+    Pass(
+        "a running launcher: Scheduled, then Running by virt-handler; PodScheduled dropped",
+        {
+            "phase": "Scheduling",
+            "conditions": [kube.condition("PodScheduled", "False", "Unschedulable", "0/4")],
+        },
+        RUNNING_LAUNCHER,
+        "Running",
+        {"Ready": NOT_RUNNING},
+    ),
+    Pass(
+        "a Running VMI's Ready is its launcher's",
+        {"phase": "Running"},
+        RUNNING_LAUNCHER,
+        "Running",
+        {"Ready": ("True", "Ready", "")},
+    ),
+    Pass(
+        "a Scheduling VMI whose launcher is gone fails",
+        {"phase": "Scheduling"},
+        None,
+        "Failed",
+        {"Ready": NO_LAUNCHER},
+    ),
+    Pass(
+        "a Scheduling VMI whose launcher failed fails",
+        {"phase": "Scheduling"},
+        FAILED_LAUNCHER,
+        "Failed",
+        {"Ready": LAUNCHER_DOWN},
+    ),
+    Pass(
+        "a Running VMI whose launcher is gone fails",
+        {"phase": "Running", "nodeName": "gpu-a"},
+        None,
+        "Failed",
+        {"Ready": NO_LAUNCHER},
+    ),
+    Pass(
+        "a Running VMI whose launcher failed fails",
+        {"phase": "Running", "nodeName": "gpu-a"},
+        FAILED_LAUNCHER,
+        "Failed",
+        {"Ready": LAUNCHER_DOWN},
+    ),
+    Pass(
+        "a final VMI never gets a second launcher",
+        {"phase": "Failed"},
+        None,
+        "Failed",
+        {"Ready": NO_LAUNCHER},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", PASSES, ids=[c.name for c in PASSES])
+def test_kubevirt_writes_a_vmis_phase_and_conditions_from_its_launcher(case):
+    found, launched = kubevirt_alone(case.before, case.launcher)
+    conditions = {c["type"]: (c["status"], c["reason"], c["message"]) for c in found["conditions"]}
+    assert (found["phase"], conditions) == (case.phase, case.conditions)
+    # virt-controller creates a launcher for an unprocessed (new or Pending) VMI only
+    assert launched == (case.launcher is not None or case.before.get("phase") in (None, "Pending"))
+
+
+def test_kubevirt_keeps_the_first_scheduler_message_it_copied():
+    """`AddPodCondition` (pkg/controller/conditions.go) adds a condition the VMI lacks only."""
+    before = {
+        "phase": "Scheduling",
+        "conditions": [kube.condition("PodScheduled", "False", "Unschedulable", "0/3 nodes")],
+    }
+    found, _ = kubevirt_alone(before, UNPLACED_LAUNCHER)
+    unplaced = next(c for c in found["conditions"] if c["type"] == "PodScheduled")
+    assert unplaced["message"] == "0/3 nodes"
+
+
+# --- a VMI that ends Failed is replaced: the next start ------------------------------------------
 
 
 def test_a_vmi_that_lost_its_launcher_fails_and_the_instance_starts_a_new_one(world):
     licensed(world)
     world.delete("Pod", "virt-launcher-vm-1", "default")  # evicted, or its node gone
+    one_round(world)  # KubeVirt: Failed, its Ready condition PodNotExists
+    one_round(world)  # the Instance: the failed VMI goes, and why
+    assert status(world)["phaseMessage"] == (
+        "the VirtualMachineInstance failed (its virt-launcher Pod is gone); replacing it with a "
+        "new one"
+    )
     world.reconcile()
     assert status(world)["phase"] == "Ready"
     vmi = world.get("VirtualMachineInstance", "vm-1", "default")

@@ -2,8 +2,30 @@
 
 The launcher asks for each GPU's `deviceName` as an extended resource (KubeVirt's device plugins
 advertise them on the node), carries the VMI's node selector and tolerations, and is placed by
-the scheduler; the VMI is Scheduling until its launcher runs, then Running and Ready. A
-launcher goes with its VMI.
+the scheduler. A launcher goes with its VMI.
+
+A VMI's status is what KubeVirt v1.9.0 writes:
+
+- virt-api's mutating webhook makes a new VMI `Pending` (pkg/virt-api/webhooks/mutating-webhook/
+  mutators/vmi-mutator.go); the simulated API server runs no mutating webhook, so an unset phase
+  reads as Pending, as virt-controller's `IsUnprocessed` reads it.
+- virt-controller (pkg/virt-controller/watch/vmi/lifecycle.go, `sync` then `updateStatus`)
+  creates a Pending VMI's launcher and, in the same pass, makes it `Scheduling`. While
+  Scheduling it copies the launcher's `PodScheduled=False` condition (reason `Unschedulable`, the
+  scheduler's message) onto the VMI as a condition of type `PodScheduled` — added once, never
+  rewritten while it stays (pkg/controller/conditions.go, `AddPodCondition`) — and removes it
+  once the launcher is placed; once the launcher runs the VMI is `Scheduled` on its node. A
+  Scheduling VMI whose launcher is gone or going down is `Failed`; so is a Scheduled or Running
+  one whose launcher is gone.
+- Every pass writes the VMI's `Ready` condition from the launcher (`syncReadyConditionFromPod`):
+  False while the guest is not running, whatever the scheduler says, and the launcher's own
+  Ready condition once the VMI is Running.
+- virt-handler (pkg/virt-handler/vm.go, `calculateVmPhaseForStatusReason`) makes a Scheduled
+  VMI `Running` once its domain runs, here once its launcher does, and ends a Scheduled or
+  Running VMI whose launcher ended (the domain is gone).
+
+So a VMI that no node can take stays Scheduling with `Ready=False` (`GuestNotRunning`), and the
+scheduler's reason is only in its `PodScheduled` condition.
 
 virt-handler, KubeVirt's DaemonSet, runs on every node its placement admits — the KubeVirt CR's
 `spec.workloads.nodePlacement` (nodeSelector, affinity, tolerations) beside the tolerations the
@@ -13,9 +35,8 @@ node is not Ready). KubeVirt puts `kubevirt.io/schedulable: "true"` in every lau
 nodeSelector, so a VMI runs only where virt-handler does. Without a KubeVirt CR nothing is
 installed, and no node is labelled.
 
-A VMI has one launcher in its life (KubeVirt's VMI lifecycle): once its launcher has run, losing
-it — evicted, deleted, its node gone — or the launcher failing ends the VMI in phase Failed, and
-a VMI in a final phase (Failed, Succeeded) is never started again: whoever owns it makes a new
+A VMI has one launcher in its life: virt-controller creates it only for a Pending VMI, and a
+VMI in a final phase (Failed, Succeeded) is never started again: whoever owns it makes a new
 one.
 
 virt-api's VMI update admitter (the webhook `virtualmachineinstances-update-validator.kubevirt.io`)
@@ -72,15 +93,9 @@ class KubeVirt:
             if owner and (pod["metadata"]["namespace"], owner) not in vmis:
                 self.api.delete("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
         for (namespace, name), vmi in sorted(vmis.items()):
-            if phase_of(vmi) in FINAL:
-                continue
             launcher = self.api.get("Pod", launcher_name(name), namespace)
-            ended = launcher_ended(vmi, launcher)
-            if ended is not None:
-                self.end(vmi, *ended)
-                continue
-            if launcher is None:
-                self.api.apply(launcher_of(vmi))
+            if launcher is None and phase_of(vmi) in UNPROCESSED:
+                launcher = self.api.apply(launcher_of(vmi))  # virt-controller's `sync`
             self.report(vmi, launcher)
 
     def heartbeat(self) -> None:
@@ -97,37 +112,12 @@ class KubeVirt:
                 patch = {"metadata": {"labels": {SCHEDULABLE: wanted}}}
                 self.api.merge_patch("Node", node["metadata"]["name"], patch)
 
-    def end(self, vmi: dict[str, Any], phase: str, message: str) -> None:
-        vmi["status"] = {
-            **(vmi.get("status") or {}),
-            "phase": phase,
-            "conditions": [kube.condition("Ready", "False", "PodTerminating", message)],
-        }
-        self.api.update_status(vmi)
-
     def report(self, vmi: dict[str, Any], launcher: dict[str, Any] | None) -> None:
-        if launcher is not None and (launcher.get("status") or {}).get("phase") == "Running":
-            node = launcher["spec"]["nodeName"]
-            status = {
-                "phase": "Running",
-                "nodeName": node,
-                "conditions": [kube.condition("Ready", "True")],
-                "interfaces": [
-                    {"ipAddress": ((launcher["status"].get("podIPs") or [{}])[0]).get("ip", "")}
-                ],
-            }
-        else:
-            message = kube_message(launcher)
-            status = {
-                "phase": "Scheduling",
-                "conditions": [kube.condition("Ready", "False", "Unschedulable", message)],
-            }
+        """virt-controller's pass over the VMI, then virt-handler's, written once."""
+        status = handler_status(controller_status(vmi.get("status") or {}, launcher), launcher)
         if vmi.get("status") != status:
             vmi["status"] = status
             self.api.update_status(vmi)
-
-
-FINAL = ("Failed", "Succeeded")
 
 
 def handler_runs_on(node: Mapping[str, Any], placement: Mapping[str, Any]) -> bool:
@@ -176,18 +166,6 @@ def phase_of(vmi: dict[str, Any]) -> str:
     return str((vmi.get("status") or {}).get("phase") or "")
 
 
-def launcher_ended(vmi: dict[str, Any], launcher: dict[str, Any] | None) -> tuple[str, str] | None:
-    """The VMI's final phase and why, once its launcher is gone after it ran or has ended."""
-    status = vmi.get("status") or {}
-    ran = status.get("phase") in ("Scheduled", "Running") or bool(status.get("nodeName"))
-    if launcher is None:
-        return ("Failed", "the virt-launcher Pod is gone") if ran else None
-    phase = (launcher.get("status") or {}).get("phase")
-    if phase in FINAL:
-        return str(phase), f"the virt-launcher Pod ended in phase {phase}"
-    return None
-
-
 def launcher_name(vmi: str) -> str:
     return f"virt-launcher-{vmi}"
 
@@ -224,10 +202,157 @@ def launcher_of(vmi: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def kube_message(launcher: dict[str, Any] | None) -> str:
+# --- the VMI's status, as virt-controller and virt-handler write it ------------------------------
+
+UNPROCESSED = ("", "Pending")  # the v1 API's `IsUnprocessed` (staging/.../core/v1/types.go)
+FINAL = ("Failed", "Succeeded")  # `IsFinal`
+# The Ready condition's reason and message while the guest cannot be ready (lifecycle.go,
+# `syncReadyConditionFromPod`; the reasons are the v1 API's `PodNotExistsReason`, …).
+NO_LAUNCHER = ("PodNotExists", "virt-launcher pod has not yet been scheduled")
+LAUNCHER_DOWN = ("PodTerminating", "virt-launcher pod is terminating")
+GUEST_NOT_RUNNING = ("GuestNotRunning", "Guest VM is not reported as running")
+NO_POD_READY = ("PodConditionMissing", "virt-launcher pod is missing the Ready condition")
+# The fields of the v1 API's VirtualMachineInstanceCondition, what a copied Pod condition keeps.
+CONDITION_FIELDS = ("type", "status", "reason", "message", "lastProbeTime", "lastTransitionTime")
+
+
+def controller_status(status: Mapping[str, Any], launcher: dict[str, Any] | None) -> dict:
+    """virt-controller's `updateStatus` (lifecycle.go): the Ready condition from the launcher,
+    then the phase the launcher allows. An unprocessed VMI whose launcher was just created is
+    Scheduling at once; the PodScheduled condition is copied from the next pass on, as KubeVirt
+    copies it only in the `IsScheduling` case."""
+    phase = str(status.get("phase") or "")
+    ready = ready_condition(phase, launcher)
+    status = {**status, "conditions": updated(conditions_of(status), ready)}
+    if phase in UNPROCESSED:
+        return {**status, "phase": "Scheduling" if launcher is not None else "Pending"}
+    if phase == "Scheduling":
+        return scheduling(status, launcher)
+    if phase in ("Scheduled", "Running") and launcher is None:
+        return {**status, "phase": "Failed"}
+    return status
+
+
+def scheduling(status: dict[str, Any], launcher: dict[str, Any] | None) -> dict:
+    """A Scheduling VMI (`updateStatus`, its `IsScheduling` case): the launcher's
+    PodScheduled=False condition copied, or dropped once it no longer holds; Scheduled on the
+    launcher's node once the launcher runs; Failed when it is gone or going down."""
     if launcher is None:
-        return "creating the virt-launcher Pod"
-    for condition in (launcher.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return condition.get("message", "")
-    return "waiting for the virt-launcher Pod"
+        return {**status, "phase": "Failed"}
+    unplaced = pod_condition(launcher, "PodScheduled")
+    if unplaced is not None and unplaced.get("status") == "False":
+        conditions = added(status["conditions"], unplaced)
+    else:
+        conditions = removed(status["conditions"], "PodScheduled")
+    status = {**status, "conditions": conditions}
+    if launcher_ready(launcher):
+        return {**status, "phase": "Scheduled", "nodeName": launcher["spec"]["nodeName"]}
+    if launcher_down(launcher):
+        return {**status, "phase": "Failed"}
+    return status
+
+
+def ready_condition(phase: str, launcher: dict[str, Any] | None) -> dict[str, Any]:
+    """`syncReadyConditionFromPod` (lifecycle.go): False with why the guest cannot be ready —
+    never the scheduler's reason — until the VMI is Running; then the launcher's own Ready."""
+    if launcher is None:
+        return kube.condition("Ready", "False", *NO_LAUNCHER)
+    if launcher_down(launcher):
+        return kube.condition("Ready", "False", *LAUNCHER_DOWN)
+    if phase != "Running":
+        return kube.condition("Ready", "False", *GUEST_NOT_RUNNING)
+    ready = pod_condition(launcher, "Ready")
+    if ready is None:
+        return kube.condition("Ready", "False", *NO_POD_READY)
+    return as_vmi_condition(ready)
+
+
+def handler_status(status: dict[str, Any], launcher: dict[str, Any] | None) -> dict:
+    """virt-handler on the launcher's node (pkg/virt-handler/vm.go,
+    `calculateVmPhaseForStatusReason`): a Scheduled VMI is Running once its domain runs — here,
+    once its launcher does — with the launcher's address on its interface. A Scheduled or
+    Running VMI whose launcher ended has lost its domain: Failed, or Succeeded where the
+    launcher succeeded (the guest shut down)."""
+    phase = status.get("phase")
+    if phase not in ("Scheduled", "Running") or launcher is None:
+        return status
+    launcher_phase = (launcher.get("status") or {}).get("phase")
+    if launcher_phase in FINAL:
+        return {**status, "phase": launcher_phase}
+    if phase == "Scheduled" and launcher_phase == "Running":
+        return {**status, "phase": "Running", "interfaces": [{"ipAddress": pod_ip(launcher)}]}
+    return status
+
+
+def launcher_ready(launcher: Mapping[str, Any]) -> bool:
+    """pkg/controller/controller.go's `IsPodReady`: Running and not going down, its compute
+    container started (its readiness is the guest's, which comes later) and the others ready."""
+    if launcher_down(launcher):
+        return False
+    status = launcher.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        if container.get("name") in ("compute", "istio-proxy"):
+            if (container.get("state") or {}).get("running") is None:
+                return False
+        elif not container.get("ready"):
+            return False
+    return status.get("phase") == "Running"
+
+
+def launcher_down(launcher: Mapping[str, Any]) -> bool:
+    """`IsPodDownOrGoingDown` (controller.go): ended, its compute container terminated, or being
+    deleted."""
+    status = launcher.get("status") or {}
+    compute = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == "compute"), {}
+    )
+    return (
+        status.get("phase") in FINAL
+        or (compute.get("state") or {}).get("terminated") is not None
+        or "deletionTimestamp" in (launcher.get("metadata") or {})
+    )
+
+
+def pod_ip(launcher: Mapping[str, Any]) -> str:
+    return str(((launcher["status"].get("podIPs") or [{}])[0]).get("ip", ""))
+
+
+def pod_condition(pod: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def as_vmi_condition(condition: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: condition[key] for key in CONDITION_FIELDS if key in condition}
+
+
+def conditions_of(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list(status.get("conditions") or [])
+
+
+# pkg/controller/conditions.go's VirtualMachineInstanceConditionManager
+
+
+def updated(conditions: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """`UpdateCondition`: a condition of that type is replaced only when its status or reason
+    changes (its message stays otherwise); else the new one is appended."""
+    for index, old in enumerate(conditions):
+        if old.get("type") != new["type"]:
+            continue
+        if (old.get("status"), old.get("reason")) == (new.get("status"), new.get("reason")):
+            return conditions
+        return [*conditions[:index], new, *conditions[index + 1 :]]
+    return [*conditions, new]
+
+
+def added(conditions: list[dict[str, Any]], pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """`AddPodCondition`: the Pod's condition appended unless the VMI has one of its type — so
+    a later message of the scheduler does not replace the first one copied."""
+    if any(c.get("type") == pod.get("type") for c in conditions):
+        return conditions
+    return [*conditions, as_vmi_condition(pod)]
+
+
+def removed(conditions: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
+    """`RemoveCondition`."""
+    return [c for c in conditions if c.get("type") != type_]

@@ -95,8 +95,18 @@ def replacing(request: Request, vmi: View) -> Waiting:
     return Waiting(reasons.REPLACING_FAILED_VMI, failure_message(vmi), kept)
 
 
+# What KubeVirt's Ready reasons mean on a VMI that has failed: its messages are worded for a VMI
+# still starting ("virt-launcher pod has not yet been scheduled"), while a failed VMI had one.
+FAILED_BECAUSE = {
+    "PodNotExists": "its virt-launcher Pod is gone",
+    "PodTerminating": "its virt-launcher Pod ended",
+}
+
+
 def failure_message(vmi: View) -> str:
-    why = ready_message(vmi) or "no reason given"
+    ready = vmi_condition(vmi, "Ready")
+    reason = ready.str("reason") if ready is not None else ""
+    why = FAILED_BECAUSE.get(reason) or ready_message(vmi) or "no reason given"
     return f"the VirtualMachineInstance failed ({why}); replacing it with a new one"
 
 
@@ -453,34 +463,49 @@ def as_observed(obj: View) -> dict:
 # --- the status mirrored from the VMI ----------------------------------------------------------
 
 
+# KubeVirt's VMI phases before its launcher runs on a node ("": not yet made Pending).
+UNPLACED = ("", "Pending", "Scheduling")
+WAITING_FOR_NODE = "waiting for a node with the requested GPUs"
+
+
 def vmi_phase(vmi: View | None, shortages: Sequence[str] = ()) -> tuple[str, str]:
-    """The Instance phase from the VMI: Ready once it runs with its Ready condition."""
-    if vmi is None or vmi.str("status", "phase") in ("", "Pending", "Scheduling"):
+    """The Instance phase from the VMI: Scheduling until KubeVirt places it (with why not),
+    Starting on its node, Ready once it runs with its Ready condition True."""
+    if vmi is None or vmi.str("status", "phase") in UNPLACED:
         if shortages:
             return reasons.SCHEDULING, shortage_message(shortages)
         if vmi is None:
             return reasons.STARTING, "composing the VirtualMachineInstance"
-        return reasons.SCHEDULING, ready_message(
-            vmi
-        ) or "waiting for a node with the requested GPUs"
+        return reasons.SCHEDULING, unplaced_message(vmi)
     phase = vmi.str("status", "phase")
     if phase == "Scheduled":
         return reasons.STARTING, "the VM is starting on its node"
     if phase == "Running":
-        ready = next(
-            (c for c in vmi.list("status", "conditions").views() if c.str("type") == "Ready"), None
-        )
+        ready = vmi_condition(vmi, "Ready")
         if ready is not None and ready.str("status") == "True":
             return reasons.READY, ""
         return reasons.STARTING, ready.str("message") if ready is not None else ""
     return phase, ""
 
 
+def unplaced_message(vmi: View) -> str:
+    """Why the VMI is not placed: the scheduler's message, which KubeVirt copies from its
+    launcher Pod's PodScheduled=False condition onto the VMI as a condition of that type.
+    Its Ready condition says only that the guest is not running yet."""
+    unplaced = vmi_condition(vmi, "PodScheduled")
+    if unplaced is not None and unplaced.str("status") == "False" and unplaced.str("message"):
+        return unplaced.str("message")
+    return WAITING_FOR_NODE
+
+
+def vmi_condition(vmi: View, type_: str) -> View | None:
+    conditions = vmi.list("status", "conditions").views()
+    return next((c for c in conditions if c.str("type") == type_), None)
+
+
 def ready_message(vmi: View) -> str:
-    for condition in vmi.list("status", "conditions").views():
-        if condition.str("type") == "Ready" and condition.str("status") != "True":
-            return condition.str("message")
-    return ""
+    ready = vmi_condition(vmi, "Ready")
+    return ready.str("message") if ready is not None and ready.str("status") != "True" else ""
 
 
 def shortage_message(resources: Sequence[str]) -> str:
@@ -509,9 +534,9 @@ def vmi_status(vmi: View | None, shortages: Sequence[str] = ()) -> dict:
 
 
 def scheduled(vmi: View | None, status: Mapping[str, Any]) -> Condition:
-    """`Scheduled`: True once the VMI is on a node; False with why while it waits (a shortage
-    is a wait, never a refusal)."""
+    """`Scheduled`: True once the VMI is on a node; False with why while it waits — the
+    scheduler's reason or a shortage (a wait, never a refusal)."""
     if started(vmi):
         return Condition(reasons.SCHEDULED, True, reasons.SCHEDULED)
-    why = str(status.get("phaseMessage") or "waiting for a node with the requested GPUs")
+    why = str(status.get("phaseMessage") or WAITING_FOR_NODE)
     return Condition(reasons.SCHEDULED, False, reasons.WAITING_FOR_CAPACITY, why)
