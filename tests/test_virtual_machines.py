@@ -814,3 +814,20 @@ def test_a_quantity_kubevirt_stores_in_canonical_form_is_no_new_spec(new_gpu):
         ("True", "VirtualMachineInstanceComposed"),
     )
     assert synced(world, "Instance", "vm-1", "default")
+
+
+def test_a_stopped_vm_no_longer_reads_scheduled(world):
+    """Crossplane keeps a condition a function stops sending: a stopped VM says both of its
+    conditions anew, or it would go on reading Scheduled=True on the node it left."""
+    world.apply(vm([{"className": "example-whole-gpu"}]))
+    world.reconcile()
+    assert condition(world, "Scheduled")[:2] == ("True", "Scheduled")
+    world.patch("Instance", "vm-1", {"stop": True}, "default")
+    world.reconcile()
+    assert status(world)["phase"] == "Stopped"
+    assert condition(world, "Scheduled")[:2] == ("False", "Stopped")
+    assert condition(world, "RestartRequired")[:2] == ("False", "NotRunning")
+    world.patch("Instance", "vm-1", {"stop": False}, "default")
+    world.reconcile()
+    assert condition(world, "Scheduled")[:2] == ("True", "Scheduled")
+    assert condition(world, "RestartRequired")[:2] == ("False", "UpToDate")

@@ -52,6 +52,7 @@ REPLACING_VIRTUAL_MACHINE = "ReplacingVirtualMachine"  # an unstarted VMI's spec
 POD_COMPOSED = "PodComposed"
 VMI_COMPOSED = "VirtualMachineInstanceComposed"
 UP_TO_DATE = "UpToDate"  # RestartRequired=False: the running VM is what a start would make
+NOT_RUNNING = "NotRunning"  # RestartRequired=False: no VM runs (stopped, waiting or refused)
 GPU_CLASS_CHANGED = "GPUClassChanged"  # RestartRequired=True: a start would make another VMI
 LICENSE_CHANGED = "LicenseChanged"  # RestartRequired=True: the license Secret was rotated
 STOPPED = "Stopped"

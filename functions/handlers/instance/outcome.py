@@ -103,6 +103,8 @@ def refused(*refusals: Refusal) -> Refused:
 
 def render(instance: Instance, outcome: Outcome, desired: Desired) -> Desired:
     """The Desired state an outcome comes to."""
+    if instance.virtual_machine and not isinstance(outcome, Running):
+        no_vm(outcome, desired)
     if isinstance(outcome, Running):
         _compose(instance, outcome.resources, desired)
         desired.condition(reasons.ADMITTED, True, outcome.reason)
@@ -130,6 +132,15 @@ def render(instance: Instance, outcome: Outcome, desired: Desired) -> Desired:
         desired.status = {"phase": reasons.REFUSED, "phaseMessage": outcome.message}
         desired.composite_ready = False
     return desired
+
+
+def no_vm(outcome: Stopped | Refused | Waiting, desired: Desired) -> None:
+    """A VM's own conditions when no VMI runs: Crossplane keeps a condition a function stops
+    sending, so a stopped VM would otherwise still read Scheduled, and RestartRequired as it was
+    when it last ran."""
+    reason = reasons.STOPPED if isinstance(outcome, Stopped) else outcome.reason
+    desired.condition(reasons.SCHEDULED, False, reason, outcome.message)
+    desired.condition(reasons.RESTART_REQUIRED, False, reasons.NOT_RUNNING)
 
 
 def _compose(instance: Instance, resources: Mapping[str, dict[str, Any]], desired: Desired) -> None:
