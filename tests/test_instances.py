@@ -563,5 +563,9 @@ def test_a_key_no_device_plugin_advertises_leaves_the_pod_pending(world):
     assert (scheduled["status"], scheduled["reason"]) == ("False", "Unschedulable")
     assert scheduled["message"] == (  # Kueue's flavor gave it node-a10g's labels
         "0/4 nodes are available: 1 Insufficient nvidia.com/gpu.partitioned, "
-        "3 node(s) didn't match Pod's node affinity/selector."
+        "1 Insufficient nvidia.com/gpu.partitioned.mig-3g.40gb, "
+        "1 Insufficient nvidia.com/gpu.partitioned.units, "
+        "3 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/4 nodes are available: 1 No preemption victims found for incoming pod, "
+        "3 Preemption is not helpful for scheduling."
     )

@@ -10,6 +10,7 @@ Instance runs on the other node of its pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import pytest
 from click.testing import CliRunner
@@ -22,7 +23,7 @@ from functions.simulate.nodelifecycle import (
     default_tolerations,
     toleration_seconds,
 )
-from functions.simulate.scheduler import Scheduler
+from functions.simulate.scheduler import Scheduler, Unfit, fit_error
 from tests.support.schemas import ROOT
 
 NODE_LOSS = ROOT / "examples" / "node-loss"
@@ -182,7 +183,8 @@ DEDICATED = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}  # the 
             [],
             [GPU],
             None,
-            "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}.",
+            "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}. preemption: "
+            "0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
         ),
         (
             [{"key": "dedicated", "value": "gpu"}],
@@ -282,7 +284,8 @@ def test_the_scheduler_judges_a_node_by_its_taints_and_cordon_not_its_ready(
 ):
     scheduler = Scheduler(Client(world_from([]).api))
     pod = {"spec": {"tolerations": tolerations, "nodeSelector": node_selector, "containers": []}}
-    assert scheduler.unfit(pod, {}, node) == why
+    unfit = scheduler.unfit(pod, {}, node)
+    assert (unfit.reasons if unfit else None) == ((why,) if why else None)
 
 
 def test_a_cordoned_node_is_tainted_until_it_is_uncordoned(world_after_start):
@@ -326,3 +329,17 @@ def test_required_node_affinity_as_kube_scheduler_reads_it(affinity_terms, label
         }
     }
     assert kube.selects(spec, labels) is selected
+
+
+def test_an_unschedulable_pods_message_is_kube_schedulers_fit_error():
+    full = {"metadata": {"name": "full", "labels": {}}, "status": {"allocatable": {"pods": "0"}}}
+    scheduler = Scheduler(Client(world_from([]).api))
+    pod = {"spec": {"containers": []}}
+    short = scheduler.unfit(pod, {"cpu": Fraction(1)}, full)
+    assert short == Unfit(("Too many pods", "Insufficient cpu"), resolvable=True)
+    tainted = scheduler.unfit(pod, {}, UNREACHABLE_NODE)
+    assert fit_error(3, [short, tainted, tainted]) == (
+        "0/3 nodes are available: 1 Insufficient cpu, 1 Too many pods, 2 node(s) had untolerated"
+        " taint {node.kubernetes.io/unreachable: }. preemption: 0/3 nodes are available: 1 No "
+        "preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
+    )
