@@ -21,6 +21,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from functions import pipeline
 from functions.server import run_function
 from functions.simulate import World, load_documents, world_from
+from functions.simulate.store import Key
 from tests.support.schemas import ROOT
 
 WALKTHROUGH = ROOT / "examples" / "walkthrough"
@@ -252,9 +253,18 @@ def test_a_composed_field_the_schema_lacks_fails_the_apply_not_pruned():
 
     world = world_from([WALKTHROUGH / name for name in CLUSTER], run)
     world.reconcile()
-    synced = next(
-        c for c in world.get("Catalog", "default")["status"]["conditions"] if c["type"] == "Synced"
+    catalog = world.get("Catalog", "default")
+    synced = next(c for c in catalog["status"]["conditions"] if c["type"] == "Synced")
+    flavors = sorted(n for n in world.crossplane.owned[Key.of(catalog)] if n.startswith("flavor-"))
+    # Crossplane applies the rest, and says which it could not (the first three) and why
+    assert (synced["status"], synced["message"]) == (
+        "False",
+        f"Unsynced resources: {', '.join(flavors[:3])}, and {len(flavors) - 3} more",
     )
-    assert synced["status"] == "False"
-    assert "spec.nodeLabelz: Forbidden: field not declared in schema" in synced["message"]
     assert world.list("ResourceFlavor") == []
+    assert world.list("InstanceType") != []
+    (first, *_) = world.crossplane.events[Key.of(catalog)]
+    assert first.startswith(
+        f'Warning ComposeResources: cannot apply composed resource "{flavors[0]}"'
+    )
+    assert "spec.nodeLabelz: Forbidden: field not declared in schema" in first

@@ -5,10 +5,13 @@
 - A Fatal result stops the reconcile: nothing is applied or garbage collected; the composite is
   `Synced=False` with the message, and each condition a function set before reads Unknown
   (reason `FatalError`). A condition a function no longer sends stays as it was.
-- Composed resources are server-side applied (fields this manager set before and not now go;
-  other managers' fields stay; a field the kind's schema lacks fails the apply, as SSA's typed
-  patch does, where a plain write would prune it), carry the composite label and composition-resource-name, and
-  land in a namespaced composite's own namespace; resources no longer desired are deleted.
+- What is no longer desired is deleted first; then each composed resource is server-side
+  applied (fields this manager set before and not now go; other managers' fields stay; a field
+  the kind's schema lacks fails the apply, as SSA's typed patch does, where a plain write would
+  prune it), labelled with the composite and its composition-resource-name, in a namespaced
+  composite's own namespace. One the API server refuses as invalid is left unsynced (a Warning
+  event, and `Synced=False`, "Unsynced resources: …") while the rest are applied; any other
+  refusal fails the reconcile.
 - RBAC: Crossplane reaches only what its service account may — its own XRD kinds, plus what the
   package's ClusterRole (aggregated into Crossplane's) grants. Fetching a required resource
   needs get (by name) or list; composing needs get, list, watch, patch and delete. A gap fails
@@ -28,7 +31,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions import pipeline
 from functions.simulate import kube
-from functions.simulate.apiserver import Refused
+from functions.simulate.apiserver import INVALID, Refused
 from functions.simulate.client import Client
 from functions.simulate.store import Key
 from functions.views import StructView
@@ -104,6 +107,7 @@ class Crossplane:
         self.owned: dict[Key, dict[str, Key]] = {}  # composite → composition-resource-name → object
         self.applied: dict[Key, dict[str, Any]] = {}  # what a composite last applied to each object
         self.results: dict[Key, list[fnv1.Result]] = {}
+        self.events: dict[Key, list[str]] = {}  # Crossplane's own Warning events, by composite
 
     def namespaced_kinds(self) -> set[str]:
         return {kind for kind, xrd in self.xrds.items() if xrd["spec"].get("scope") == "Namespaced"}
@@ -136,7 +140,7 @@ class Crossplane:
             fatal = [r for r in self.results[key] if r.severity == fnv1.SEVERITY_FATAL]
             if fatal:  # nothing is applied or garbage collected
                 return self.unsynced(composite, fatal[0].message)
-            self.apply_desired(key, root, owned, rsp)
+            unsynced = self.apply_desired(key, root, owned, rsp)
         except (Forbidden, Refused) as error:
             sent = pipeline.composite_conditions(rsp)[2:] if rsp is not None else []
             return self.unsynced(composite, f"cannot compose resources: {error}", sent)
@@ -148,6 +152,10 @@ class Crossplane:
         composite["status"] = {**desired, "conditions": kept}
         conditions = pipeline.composite_conditions(rsp)
         kube.set_conditions(composite, *(kube.condition(**_fields(c)) for c in conditions))
+        if unsynced:  # reconciler.go: "Unsynced resources: " and the first three names
+            message = f"Unsynced resources: {first_names(unsynced)}"
+            failed = kube.condition("Synced", "False", "ReconcileError", message)
+            kube.set_conditions(composite, failed)
         self.api.update_status(composite)
 
     def readable(self) -> list[dict[str, Any]]:
@@ -183,15 +191,29 @@ class Crossplane:
 
     def apply_desired(
         self, key: Key, root: str, owned: dict[str, Key], rsp: fnv1.RunFunctionResponse
-    ) -> None:
+    ) -> list[str]:
+        """Garbage-collect what is no longer desired, then apply the rest; the names of those
+        the API server refused as invalid (FunctionComposer.Compose: such a resource is
+        unsynced and a Warning event says why, the others are applied all the same; any
+        other refusal stops the reconcile)."""
         desired = set(rsp.desired.resources.keys())
-        for name in sorted(desired):
-            obj = StructView(rsp.desired.resources[name].resource).to_dict()
-            self.apply_composed(key, root, name, obj)
         for name in sorted(set(owned) - desired):
             child = owned.pop(name)
             self.rbac.check(self._api_version(child), child.kind, "delete", child.namespace)
             self.delete(child)
+        unsynced = []
+        for name in sorted(desired):
+            obj = StructView(rsp.desired.resources[name].resource).to_dict()
+            try:
+                self.apply_composed(key, root, name, obj)
+            except Refused as error:
+                if error.reason != INVALID:
+                    raise
+                self.events.setdefault(key, []).append(
+                    f'Warning ComposeResources: cannot apply composed resource "{name}": {error}'
+                )
+                unsynced.append(name)
+        return unsynced
 
     def apply_composed(self, owner: Key, root: str, name: str, desired: dict[str, Any]) -> None:
         metadata = desired.setdefault("metadata", {})
@@ -239,6 +261,14 @@ class Crossplane:
     def _api_version(self, key: Key) -> str:
         found = self.api.get(key.kind, key.name, key.namespace)
         return found["apiVersion"] if found else ""
+
+
+def first_names(names: list[str], shown: int = 3) -> str:
+    """crossplane-runtime's `StableNAndSomeMore`: sorted, the first few, and how many more."""
+    names = sorted(names)
+    if len(names) <= shown:
+        return ", ".join(names)
+    return f"{', '.join(names[:shown])}, and {len(names) - shown} more"
 
 
 def _fields(condition: Mapping[str, str]) -> dict[str, str]:
