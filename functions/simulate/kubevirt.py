@@ -50,7 +50,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from functions.core import quantity
 from functions.simulate import kube
 from functions.simulate.apiserver import Webhook
 from functions.simulate.client import Client
@@ -156,8 +155,8 @@ def semantic_equal(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(map(semantic_equal, a, b))
     if isinstance(a, str) and isinstance(b, str) and a != b:
         try:
-            return quantity.parse(a) == quantity.parse(b)
-        except quantity.QuantityError:
+            return kube.quantity(a) == kube.quantity(b)
+        except ValueError:
             return False
     return json_equal(a, b)
 
