@@ -10,6 +10,7 @@ each dialect; the node agent's real allocation join reads the plugins' device ID
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +20,7 @@ from functions.agent.nvml import FakeNvml
 from functions.agent.podresources import list_devices
 from functions.cli import main
 from functions.simulate import World, load_documents, world_from
+from functions.simulate.apiserver import Refused
 from tests.support.fake_kubelet import fake_kubelet
 from tests.support.schemas import ROOT
 
@@ -215,6 +217,175 @@ def test_hami_the_agent_follows_hamis_choice_not_the_kubelets_vgpu_ids():
     assert row(world, H100) == "4/4 0/0 100/480 0/0"
 
 
+# --- HAMi's scheduler and webhook (the stand-in, from HAMi v2.10.0's code) ---------------------
+
+# node-h100's cards by UUID; 0 and 1 are in MIG mode, so HAMi gives vGPUs of 2 to 7 only.
+H100_INDEX = {f"{H100_0[:-2]}{i:02d}": i for i in range(8)}
+WHOLE = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "100", "nvidia.com/gpucores": "100"}
+HALF = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "50"}
+FIFTH = {"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "20", "nvidia.com/gpucores": "20"}
+TWO_FIFTHS = {**FIFTH, "nvidia.com/gpu": "2"}  # two vGPUs of 20 %, on two cards
+
+
+def container(name: str, limits: dict[str, str] | None = None, privileged: bool = False) -> dict:
+    found: dict[str, Any] = {"name": name, "image": "ubuntu:24.04"}
+    if limits:
+        found["resources"] = {"requests": limits, "limits": limits}
+    if privileged:
+        found["securityContext"] = {"privileged": True}
+    return found
+
+
+def hami_pod(name: str, *containers: dict, **spec: Any) -> dict:
+    """A Pod kept to node-h100 (HAMi's Pods come from the product; these test HAMi alone)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "node-h100"},
+            "containers": list(containers),
+            **spec,
+        },
+    }
+
+
+def vgpus_of(world: World, name: str) -> list[tuple[int, str]]:
+    """(card index, `<MiB>,<cores>`) of each vGPU HAMi's scheduler wrote on the Pod."""
+    pod = world.get("Pod", name, "default")
+    chosen = (pod["metadata"].get("annotations") or {}).get("hami.io/vgpu-devices-allocated", "")
+    fields = [vgpu.split(",") for vgpu in chosen.replace(";", "").split(":") if vgpu]
+    return [(H100_INDEX[card], f"{memory},{cores}") for card, _, memory, cores in fields]
+
+
+@pytest.mark.parametrize(
+    ("asked", "cards"),
+    [
+        pytest.param([HALF, HALF], [(2,), (3,)], id="two halves go to two cards, not one"),
+        pytest.param(
+            [HALF] * 6 + [WHOLE],
+            [(2,), (3,), (4,), (5,), (6,), (7,), ()],
+            id="six halves take all six cards, so a whole card waits",
+        ),
+        pytest.param(
+            [HALF] * 5 + [FIFTH, FIFTH],
+            [(2,), (3,), (4,), (5,), (6,), (7,), (7,)],
+            id="a slice goes to the least-used card, not the first with room",
+        ),
+        pytest.param(
+            [FIFTH, TWO_FIFTHS],
+            [(2,), (3, 4)],
+            id="a container's vGPUs go to the least-used cards",
+        ),
+    ],
+)
+def test_hami_spreads_vgpus_over_the_least_used_cards(asked, cards):
+    """HAMi's default `gpuSchedulerPolicy: spread`: its Fit tries the cards least-used first
+    (score: vGPUs/10 + cores/100 + memory/total). Between cards of equal score HAMi's order is
+    arbitrary; the stand-in takes the lowest index."""
+    world = cluster("hami")
+    for number, limits in enumerate(asked):
+        world.apply(hami_pod(f"vgpu-{number}", container("main", limits)))
+        world.reconcile()
+    placed = [tuple(i for i, _ in vgpus_of(world, f"vgpu-{n}")) for n in range(len(asked))]
+    assert placed == cards
+    for number, chosen in enumerate(cards):
+        if not chosen:  # the extender found no card: the Pod waits with its reason
+            status = world.get("Pod", f"vgpu-{number}", "default")["status"]
+            scheduled = next(c for c in status["conditions"] if c["type"] == "PodScheduled")
+            assert status["phase"] == "Pending"
+            assert "1 node(s) didn't fit HAMi's vGPU request" in scheduled["message"]
+
+
+def test_hami_records_the_memory_and_cores_its_defaults_give():
+    """The webhook gives `gpucores: 100` to a container asking vGPUs and no cores when it asks
+    a `gpumem-percentage` of exactly 100, or neither memory name (defaultExclusiveCoreIfNeeded);
+    the scheduler reads a percentage of 0 as unset, the whole memory (GenerateResourceRequests).
+    Each row is a Pod alone on node-h100 (81559 MiB cards); the annotation says `<MiB>,<cores>`."""
+    gpu = {"nvidia.com/gpu": "1"}
+    table = {
+        "no memory, no cores: the card alone": (gpu, "81559,100"),
+        "100 % and MiB, no cores: 100 cores": (
+            {**gpu, "nvidia.com/gpumem-percentage": "100", "nvidia.com/gpumem": "4096"},
+            "4096,100",
+        ),
+        "0 %, no cores: all the memory, no cores": (
+            {**gpu, "nvidia.com/gpumem-percentage": "0"},
+            "81559,0",
+        ),
+        "MiB only: no cores": ({**gpu, "nvidia.com/gpumem": "4096"}, "4096,0"),
+        "40 %, no cores: no cores": ({**gpu, "nvidia.com/gpumem-percentage": "40"}, "32623,0"),
+        "cores asked: as asked": (
+            {**gpu, "nvidia.com/gpumem-percentage": "100", "nvidia.com/gpucores": "30"},
+            "81559,30",
+        ),
+    }
+    recorded = {}
+    for row_name, (limits, _) in table.items():
+        world = cluster("hami")
+        world.apply(hami_pod("vgpu", container("main", limits)))
+        world.reconcile()
+        recorded[row_name] = [slot for _, slot in vgpus_of(world, "vgpu")]
+    assert recorded == {row_name: [slot] for row_name, (_, slot) in table.items()}
+
+
+def test_hamis_webhook_denies_what_its_code_denies_and_lets_the_rest_through():
+    """`vgpu.hami.io` (pkg/scheduler/webhook.go, pkg/device/nvidia/device.go) on Pod creation,
+    in kube-apiserver's words for a webhook's denial."""
+    denied = 'admission webhook "vgpu.hami.io" denied the request: '
+    percentage = "nvidia.com/gpumem-percentage"
+    table = {
+        "a privileged container asking a vGPU": (
+            hami_pod("p1", container("main", HALF, privileged=True)),
+            f"{denied}container main is privileged",
+        ),
+        "any privileged container, when one asks a vGPU": (
+            hami_pod("p2", container("main", HALF), container("sidecar", privileged=True)),
+            f"{denied}container sidecar is privileged",
+        ),
+        "init containers first": (
+            hami_pod(
+                "p3",
+                container("main", HALF, privileged=True),
+                initContainers=[container("setup", privileged=True)],
+            ),
+            f"{denied}container setup is privileged",
+        ),
+        "a memory percentage above 100": (
+            hami_pod("p4", container("main", {**HALF, percentage: "150"})),
+            f"{denied}invalid {percentage} value 150 in container main: "
+            "must be an integer between 0 and 100",
+        ),
+        "a node already assigned": (
+            hami_pod("p5", container("main", HALF), nodeName="node-h100"),
+            f"{denied}pod has node assigned",
+        ),
+        "a privileged container with no vGPU asked": (
+            hami_pod("p6", container("main", privileged=True)),
+            None,
+        ),
+        "a Pod another scheduler places: left alone": (
+            hami_pod("p7", container("main", HALF, privileged=True), schedulerName="other"),
+            None,
+        ),
+        "a memory percentage of exactly 100": (
+            hami_pod("p8", container("main", {**HALF, percentage: "100"})),
+            None,
+        ),
+    }
+    world = cluster("hami")
+    verdicts = {}
+    for row_name, (pod, _) in table.items():
+        try:
+            world.apply(pod)
+            verdicts[row_name] = None
+        except Refused as refused:
+            verdicts[row_name] = str(refused)
+    assert verdicts == {row_name: verdict for row_name, (_, verdict) in table.items()}
+    # Only where the cluster runs HAMi: the GPU Operator's cluster has no such webhook.
+    cluster("nvidia").apply(hami_pod("p1", container("main", HALF, privileged=True)))
+
+
 def test_the_agent_joins_the_gpu_operators_ids_through_the_kubelets_socket(tmp_path):
     """The node agent end to end: NVML (recorded) and a kubelet pod-resources server on a real
     Unix socket answering with the GPU Operator plugin's IDs."""
@@ -373,3 +544,20 @@ def test_the_gpu_operator_honours_a_state_label_already_set():
 
     held = {**NFD_GPU, "nvidia.com/gpu.deploy.dcgm-exporter": "false"}
     assert node_labels(held, {})["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
+
+
+def test_hami_refuses_a_privileged_instance_that_asks_a_card_naming_why():
+    """HAMi's webhook denies such a Pod, so the Instance is refused before one is composed:
+    otherwise it would wait for ever, its Pod refused at each reconcile."""
+    world = cluster("hami")
+    world.patch("Catalog", "default", {"instancePrivilegedAllowed": True})
+    instance = load_documents(EXAMPLE / "instance-whole.yaml")[0]
+    instance["spec"]["privileged"] = True
+    world.apply(instance)
+    world.reconcile()
+    assert world.get("Pod", "whole", "default") is None
+    assert phase_message(world, "whole") == (
+        "Refused: spec.privileged: a privileged container cannot ask for accelerators under HAMi"
+        " (the Catalog's devicePlugin): its admission webhook denies the Pod; drop "
+        "spec.privileged, or ask for no accelerator"
+    )

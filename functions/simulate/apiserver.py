@@ -32,6 +32,7 @@ INVALID = "Invalid"
 NOT_FOUND = "NotFound"
 ALREADY_EXISTS = "AlreadyExists"
 BAD_REQUEST = "BadRequest"
+FORBIDDEN = "Forbidden"
 
 
 class Refused(Exception):
@@ -56,6 +57,9 @@ class Webhook:
     kind: str
     admit: Callable[[Mapping[str, Any], Mapping[str, Any] | None], str | None]
     creates: bool = False  # registered for CREATE as well as UPDATE
+    # The status reason of a denial: controller-runtime's `Denied` answers 403 Forbidden, a
+    # webhook that returns field causes (KubeVirt's) 422 Invalid.
+    reason: str = INVALID
 
 
 class ApiServer:
@@ -186,7 +190,7 @@ class ApiServer:
             denied = hook.admit(obj, old) if called else None
             if denied:
                 message = f'admission webhook "{hook.name}" denied the request: {denied}'
-                raise Refused(message, INVALID)
+                raise Refused(message, hook.reason)
 
     def _patch_base(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
         existing = self.store.get(kind, name, namespace)

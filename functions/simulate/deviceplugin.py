@@ -5,6 +5,8 @@ gets (the kubelet's Allocate), with the device IDs the kubelet's pod-resources A
 `<base>`, ten ownership shares per card `<base>.shared`, logical slices `<base>.sliced` costed by
 `<base>.sliced.units` (1,600,000 per card), hardware partitions `<base>.partitioned` created on
 demand at a free placement of the requested profile; a card is held in one mode at a time.
+Partition keys count what is held plus what is still free, so they shrink as partitions are
+taken (§2.6); an unhealthy card's keys are left out, in MIG mode or not.
 Device IDs: the card's UUID, `<UUID>::<n>` for a share, the MIG device's UUID for a partition.
 The plugin keeps its own books from the grants it made; it never reads the product's ledger.
 """
@@ -178,16 +180,10 @@ class GpustackPlugin:
         return found
 
     def _tokens(self, card: Card, base: str) -> dict[str, int]:
-        if card.mig:
-            tokens = {
-                base + PARTITIONED: max(len(p) for p in card.profiles.values()),
-                base + PARTITIONED_UNITS: PER_CARD,
-            }
-            for name, placements in card.profiles.items():
-                tokens[partition_key(card.manufacturer, name)] = len(placements)
-            return tokens
         if not card.healthy:
-            return {}
+            return {}  # Allocate gives a faulty card to no one, in MIG mode or not
+        if card.mig:
+            return _partition_tokens(card, base)
         slots = SLICE_SLOTS.get(card.manufacturer, DEFAULT_SLICE_SLOTS)
         return {
             base: 1,
@@ -224,6 +220,37 @@ class GpustackPlugin:
         if wanted.get(""):
             return _whole(cards, books, base, wanted[""])
         return []
+
+
+def _partition_tokens(card: Card, base: str) -> dict[str, int]:
+    """A MIG-mode card's keys (reference §2.6, §6). Each profile counts its partitions held plus
+    its placements still free; the held ones stay in because the scheduler subtracts the bound
+    Pods' requests from what is advertised. `<base>.partitioned` counts every partition held
+    plus the largest free count of any one profile: placements overlap, so a card's free
+    partitions are never the sum over profiles.
+
+    What is held is what the plugin granted: it makes a MIG instance for each grant and the
+    instance goes with the Pod (`Grant.created`, the kubelet's checkpoint), so the instances on
+    the card are its books."""
+    held, taken = [profile for profile, _, _ in card.partitions], _existing(card)
+    free = {name: len(_free_placements(card, name, taken)) for name in card.profiles}
+    tokens = {
+        base + PARTITIONED: len(held) + max(free.values(), default=0),
+        base + PARTITIONED_UNITS: PER_CARD,
+    }
+    for name, count in free.items():
+        tokens[partition_key(card.manufacturer, name)] = held.count(name) + count
+    return tokens
+
+
+def _existing(card: Card) -> list[Placement]:
+    """Where the card's MIG instances sit."""
+    return [placement for _, placement, _ in card.partitions]
+
+
+def _free_placements(card: Card, profile: str, taken: list[Placement]) -> list[Placement]:
+    """The profile's placements that overlap no partition taken (reference §6)."""
+    return [p for p in card.profiles.get(profile, ()) if not any(p.overlaps(t) for t in taken)]
 
 
 def _requests_by_base(
@@ -310,22 +337,25 @@ def _partition(
     if len(profiles) != 1:
         return f"{base}{PARTITIONED}: exactly one profile must be requested, got {profiles}"
     profile = profiles[0]
-    for card in cards:
-        if not card.healthy or profile not in card.profiles:
-            continue
-        taken = [p for _, p, _ in card.partitions] + books.get(card.uuid, _Books()).occupied
-        for placement in card.profiles[profile]:
-            if not any(placement.overlaps(t) for t in taken):
-                mig_uuid = f"MIG-{card.uuid.removeprefix('GPU-')}-{placement.start}-{profile}"
-                grant = Grant(
-                    base + PARTITIONED,
-                    (mig_uuid,),
-                    card.uuid,
-                    "partitioned",
-                    units=wanted.get(PARTITIONED_UNITS, 0),
-                    placement=placement,
-                    profile=profile,
-                    created=True,
-                )
-                return [grant]
+    for card in (c for c in cards if c.healthy):
+        taken = _existing(card) + books.get(card.uuid, _Books()).occupied
+        free = _free_placements(card, profile, taken)
+        if free:
+            units = wanted.get(PARTITIONED_UNITS, 0)
+            return [_made_partition(card, base, profile, free[0], units)]
     return f"{base}{PARTITIONED}: no card has a free placement of {profile}"
+
+
+def _made_partition(card: Card, base: str, profile: str, placement: Placement, units: int) -> Grant:
+    """The grant of a MIG instance the plugin makes at `placement` (and unmakes after)."""
+    mig_uuid = f"MIG-{card.uuid.removeprefix('GPU-')}-{placement.start}-{profile}"
+    return Grant(
+        base + PARTITIONED,
+        (mig_uuid,),
+        card.uuid,
+        "partitioned",
+        units=units,
+        placement=placement,
+        profile=profile,
+        created=True,
+    )

@@ -1,19 +1,33 @@
-"""HAMi, as its documentation and chart describe it: a scheduler extender and a device plugin.
+"""HAMi v2.10.0, as its code and chart describe it: an admission webhook, a scheduler extender
+and a device plugin.
 
 - The device plugin advertises `nvidia.com/gpu`: `deviceSplitCount` (10) vGPU devices per
   healthy card not in MIG mode, with IDs `<UUID>-<i>` that name no real choice: its Allocate
   gives the container the cards HAMi's scheduler wrote on the Pod
   (`hami.io/vgpu-devices-allocated`), whatever IDs the kubelet picked.
+- The webhook `vgpu.hami.io` (pkg/scheduler/webhook.go `Handle`, pkg/device/nvidia/device.go
+  `MutateAdmission`) sees each Pod created and hands those asking for a vGPU to
+  `hami-scheduler`; it denies such a Pod when a container's `gpumem-percentage` is outside
+  0-100, when any container is privileged, or when it already has a `nodeName`
+  (`admit_pod`). It gives a container asking vGPUs and no cores 100 cores when it asks
+  `gpumem-percentage: 100` or no memory at all (`exclusive_by_default`). The simulated API
+  server runs no mutating webhook, so that default is applied where the extender reads the
+  container (`ask_of`); the simulated scheduler reads no `schedulerName`, so the extender
+  judges every Pod that asks for vGPUs, as hami-scheduler would.
 - The scheduler extender manages `nvidia.com/gpu`, `gpumem`, `gpumem-percentage` and
   `gpucores` (`ignoredByScheduler: true`: kube-scheduler does not count them against the
   node). A container's `nvidia.com/gpu: n` is n vGPUs on n distinct cards, each with the
   memory (`gpumem` MiB, or `gpumem-percentage` of the card, else all of it) and cores percent
-  (`gpucores`, 100 when the whole memory is asked and no cores are) asked. A card takes a vGPU
-  while it has fewer than 10, the memory and the cores free; one with a 100-cores vGPU takes
-  nothing else, and a vGPU asking 100 cores needs an empty card. On binding it writes
-  `UUID,NVIDIA,<MiB>,<cores>:` per vGPU and `;` after each container.
+  asked. A card takes a vGPU while it has fewer than 10, the memory and the cores free; one
+  with a 100-cores vGPU takes nothing else, and a vGPU asking 100 cores needs an empty card.
+  Cards are tried least-used first: the chart's `gpuSchedulerPolicy: spread` (`spread_order`).
+  On binding it writes `UUID,NVIDIA,<MiB>,<cores>:` per vGPU and `;` after each container.
 
-Nothing here reads the product: the names, the defaults and the rules are HAMi's.
+Not modelled: the webhook's opt-outs (the `hami.io/webhook: ignore` label on a Pod or its
+namespace), its quota check, `defaultGPUNum` (a container asking only memory or cores gets
+`nvidia.com/gpu: 1`), and the extender's node choice (`nodeSchedulerPolicy: binpack`): the
+simulated kube-scheduler tries nodes by name. Nothing here reads the product: the names, the
+defaults and the rules are HAMi's.
 """
 
 from __future__ import annotations
@@ -21,9 +35,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from functions.simulate import kube
+from functions.simulate.apiserver import FORBIDDEN, Webhook
 from functions.simulate.client import Client
 from functions.simulate.deviceplugin import Allocate, Card, Grant, cards_of
 
@@ -32,8 +48,13 @@ MEMORY = "nvidia.com/gpumem"
 MEMORY_PERCENTAGE = "nvidia.com/gpumem-percentage"
 CORES = "nvidia.com/gpucores"
 MANAGED = (GPU, MEMORY, MEMORY_PERCENTAGE, CORES, "nvidia.com/priority")
+VGPU_NAMES = (GPU, MEMORY, MEMORY_PERCENTAGE, CORES)  # any in the limits: a vGPU is asked
 ALLOCATED = "hami.io/vgpu-devices-allocated"
 SPLIT_COUNT = 10
+WEBHOOK = "vgpu.hami.io"  # charts/hami/templates/scheduler/webhook.yaml
+SCHEDULER_NAME = "hami-scheduler"  # the chart's `schedulerName`, the webhook's --scheduler-name
+# The chart's --force-overwrite-default-scheduler=true: a Pod naming kube-scheduler is taken too.
+OVERWRITTEN_SCHEDULERS = ("", "default-scheduler", SCHEDULER_NAME)
 
 
 def _vgpu_cards(cards: list[Card]) -> list[Card]:
@@ -79,7 +100,7 @@ class VGpu:
 
 @dataclass(frozen=True)
 class Ask:
-    """One container's vGPU request, as HAMi reads its limits."""
+    """One container's vGPU request, as HAMi's scheduler reads it (`ask_of`)."""
 
     count: int
     memory_mib: int
@@ -93,17 +114,80 @@ class Ask:
 
 
 def ask_of(container: Mapping[str, Any]) -> Ask | None:
-    limits = (container.get("resources") or {}).get("limits") or {}
-    count = _int(limits.get(GPU))
+    """One container's vGPU request as HAMi's scheduler reads it (`GenerateResourceRequests`,
+    pkg/device/nvidia/device.go; limits first, then requests), after the webhook's cores
+    default. Chart defaults: `defaultMemory: 0`, so no memory asked is all of it;
+    `defaultCores: 0`."""
+    count = _int(_value(container, GPU))
     if not count:
         return None
-    memory = _int(limits.get(MEMORY))
-    percentage = min(_int(limits.get(MEMORY_PERCENTAGE)), 100)
-    if not memory and not percentage:
+    memory = _int(_value(container, MEMORY))
+    # Above 100 is clamped; 0 or less is ignored, as if unset ("hami-core reads 0 as no limit").
+    percentage = max(min(_int(_value(container, MEMORY_PERCENTAGE)), 100), 0)
+    if not percentage and not memory:
         percentage = 100
-    whole = percentage == 100 and not memory
-    cores = _int(limits[CORES]) if CORES in limits else (100 if whole else 0)
-    return Ask(count, memory, percentage, min(cores, 100))
+    if _has(container, CORES):
+        cores = _int(_value(container, CORES))
+    else:
+        cores = 100 if exclusive_by_default(container) else 0
+    return Ask(count, memory, percentage, min(cores, 100))  # Fit: "core limit can't exceed 100"
+
+
+def exclusive_by_default(container: Mapping[str, Any]) -> bool:
+    """Whether the webhook gives this container `gpucores: 100` (`defaultExclusiveCoreIfNeeded`,
+    pkg/device/nvidia/device.go): it asks vGPUs and no cores, and either a
+    `gpumem-percentage` of exactly 100 or, without one, no `gpumem` either."""
+    if not _has(container, GPU) or _has(container, CORES):
+        return False
+    if _has(container, MEMORY_PERCENTAGE):
+        return _int(_value(container, MEMORY_PERCENTAGE)) == 100
+    return not _has(container, MEMORY)
+
+
+def admit_pod(pod: Mapping[str, Any]) -> str | None:
+    """Why HAMi's webhook denies creating this Pod, in its words; None when it lets it through
+    (pkg/scheduler/webhook.go `Handle`, v2.10.0; before v2.10 a privileged container was
+    skipped, not denied). kube-apiserver prefixes the denial with the webhook's name."""
+    spec = pod.get("spec") or {}
+    if spec.get("schedulerName", "") not in OVERWRITTEN_SCHEDULERS:
+        return None  # "pod already has different scheduler assigned": left alone
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    for container in containers:  # MutateAdmission, init containers first
+        invalid = _invalid_memory_percentage(container)
+        if invalid:
+            return invalid
+    if not any(_asks_vgpu(c) for c in containers):
+        return None
+    privileged = [c["name"] for c in containers if _privileged(c)]
+    if privileged:  # the first privileged container, whichever asks the vGPU
+        return f"container {privileged[0]} is privileged"
+    if spec.get("nodeName"):  # set beside schedulerName: hami-scheduler could not bind it
+        return "pod has node assigned"
+    return None
+
+
+def _invalid_memory_percentage(container: Mapping[str, Any]) -> str | None:
+    """`validateMemoryPercentage` (pkg/device/nvidia/device.go)."""
+    if not _has(container, MEMORY_PERCENTAGE):
+        return None
+    percentage = _int(_value(container, MEMORY_PERCENTAGE))
+    if 0 <= percentage <= 100:
+        return None
+    return (
+        f"invalid {MEMORY_PERCENTAGE} value {percentage} in container {container['name']}: "
+        "must be an integer between 0 and 100"
+    )
+
+
+def _asks_vgpu(container: Mapping[str, Any]) -> bool:
+    """`mutateContainerResource`: any of HAMi's names in the limits (a count, or memory or
+    cores that `defaultGPUNum: 1` turns into one)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return any(name in limits for name in VGPU_NAMES)
+
+
+def _privileged(container: Mapping[str, Any]) -> bool:
+    return (container.get("securityContext") or {}).get("privileged") is True
 
 
 class HamiScheduler:
@@ -113,6 +197,14 @@ class HamiScheduler:
 
     def __init__(self, api: Client):
         self.api = api
+        # HAMi's chart installs its webhook with the scheduler; it registers for CREATE only.
+        # controller-runtime's Denied: 403 Forbidden
+        api.api.webhooks.append(Webhook(WEBHOOK, "Pod", self.admit, creates=True, reason=FORBIDDEN))
+
+    def admit(self, pod: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
+        if old is not None or kube.device_plugin(self.api) != "hami":
+            return None
+        return admit_pod(pod)
 
     def asks(self, pod: Mapping[str, Any]) -> list[Ask | None]:
         return [ask_of(c) for c in pod["spec"].get("containers") or []]
@@ -132,20 +224,13 @@ class HamiScheduler:
         return chosen
 
     def _fit(self, ask: Ask, cards: list[Card], usage: dict[str, list[VGpu]]) -> list[VGpu] | None:
+        """`Fit` (pkg/device/nvidia/device.go): the first `count` cards, least-used first, that
+        take the vGPU."""
         found = []
-        for card in cards:
-            held = usage.setdefault(card.uuid, [])
-            memory = ask.memory_on(card)
-            used_cores = sum(v.cores for v in held)
-            fits = (
-                len(held) < SPLIT_COUNT
-                and card.memory_mib - sum(v.memory_mib for v in held) >= memory
-                and 100 - used_cores >= ask.cores
-                and not (ask.cores == 100 and held)
-                and not (used_cores == 100 and ask.cores == 0)
-            )
-            if fits:
-                found.append(VGpu(card.uuid, memory, ask.cores))
+        for card in spread_order(cards, usage):
+            vgpu = VGpu(card.uuid, ask.memory_on(card), ask.cores)
+            if takes(usage.setdefault(card.uuid, []), card, vgpu):
+                found.append(vgpu)
             if len(found) == ask.count:
                 return found
         return None
@@ -165,6 +250,43 @@ class HamiScheduler:
 
     def bind(self, pod: dict[str, Any], chosen: list[list[VGpu]]) -> None:
         pod["metadata"].setdefault("annotations", {})[ALLOCATED] = encode(chosen)
+
+
+def spread_order(cards: list[Card], usage: Mapping[str, list[VGpu]]) -> list[Card]:
+    """The order `Fit` tries the cards in under the default `spread` policy: least-used first.
+
+    `fitInDevices` (pkg/scheduler/score.go) scores every card before each container
+    (`ComputeScore`, pkg/scheduler/policy/gpu_policy.go: vGPUs/split count + cores/100 +
+    memory/total, equal weights), sorts them highest first ("default policy is spread") and
+    `Fit` walks the list from its end. `ComputeScore` adds the container's own request only to
+    cards whose type is the request's, "NVIDIA"; a card's type is its model name (the device
+    plugin's register.go), so the score is what the card already holds. Cards of equal score
+    come in the order the device plugin registered them, which it takes from a Go map; the
+    stand-in takes the lowest index first."""
+    return sorted(cards, key=lambda card: (_score(card, usage.get(card.uuid, [])), card.index))
+
+
+def _score(card: Card, held: list[VGpu]) -> Fraction:
+    if not card.memory_mib:
+        return Fraction(0)  # ComputeScore: a card without memory scores 0
+    return (
+        Fraction(len(held), SPLIT_COUNT)
+        + Fraction(sum(v.cores for v in held), 100)
+        + Fraction(sum(v.memory_mib for v in held), card.memory_mib)
+    )
+
+
+def takes(held: list[VGpu], card: Card, vgpu: VGpu) -> bool:
+    """Whether a card holding `held` takes one more vGPU (`Fit`'s checks, in its order)."""
+    free_memory = card.memory_mib - sum(v.memory_mib for v in held)
+    used_cores = sum(v.cores for v in held)
+    return (
+        len(held) < SPLIT_COUNT  # CardTimeSlicingExhausted
+        and free_memory >= vgpu.memory_mib  # CardInsufficientMemory
+        and 100 - used_cores >= vgpu.cores  # CardInsufficientCore
+        and not (vgpu.cores == 100 and held)  # ExclusiveDeviceAllocateConflict
+        and not (used_cores == 100 and vgpu.cores == 0)  # CardComputeUnitsExhausted
+    )
 
 
 def encode(chosen: list[list[VGpu]]) -> str:
@@ -187,6 +309,18 @@ def decode(annotation: str) -> list[list[VGpu]]:
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
     return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+def _has(container: Mapping[str, Any], name: str) -> bool:
+    resources = container.get("resources") or {}
+    return any(name in (resources.get(part) or {}) for part in ("limits", "requests"))
+
+
+def _value(container: Mapping[str, Any], name: str) -> Any:
+    """A resource's quantity as HAMi reads it: the limit, else the request."""
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    return limits[name] if name in limits else (resources.get("requests") or {}).get(name)
 
 
 def _int(value: Any) -> int:

@@ -10,6 +10,11 @@
   of one card.
 - MIG, `mig.strategy: mixed`: each MIG device the MIG manager made is one
   `nvidia.com/mig-<profile>` device, ID its UUID; the plugin makes and destroys none.
+- Health: a faulty card is not offered, nor are its MIG devices. The plugin's health check
+  (`internal/rm/health.go`, `checkHealth`) marks unhealthy each MIG device whose parent card
+  NVML cannot open or watch, and on a critical Xid of the parent the MIG devices on it (every
+  one with NVIDIA/k8s-device-plugin#1930; before it, one per resource, issue #1929);
+  `ListAndWatch` sends them Unhealthy, and the kubelet counts only healthy devices allocatable.
 
 Nothing here reads the product: names and ID formats are the plugin's own.
 """
@@ -42,10 +47,10 @@ class NvidiaPlugin:
     def advertise(self, node: Mapping[str, Any], cards: list[Card]) -> dict[str, int]:
         found: Counter[str] = Counter()
         name, replicas = self.time_slicing(node)
-        for card in cards:
+        for card in (c for c in cards if c.healthy):
             if card.mig:
                 found.update(MIG_PREFIX + profile for profile, _, _ in card.partitions)
-            elif card.healthy and card.manufacturer == "nvidia":
+            elif card.manufacturer == "nvidia":
                 found[name] += replicas
         return dict(found)
 
