@@ -13,8 +13,9 @@ from functions import pipeline
 from functions.handlers import HANDLERS
 from functions.handlers.base import InputError, Request
 from functions.server import run_function
-from functions.simulate import World, load_documents, world_from
+from functions.simulate import World, kube, load_documents, world_from
 from functions.simulate.apiserver import Refused
+from functions.simulate.nodelifecycle import NodeLifecycle
 from tests.support import schemas
 from tests.support.schemas import ROOT
 
@@ -527,36 +528,119 @@ def test_the_same_through_real_grpc():
     assert views(over_grpc) == AWARE_ROWS | INITIAL
 
 
-def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work():
+TRAINING = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "training",
+        "namespace": "default",
+        "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"},
+    },
+    "spec": {
+        "containers": [
+            {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+        ]
+    },
+}
+DRAINED = [  # Kueue's events: evict.go `reportEvictedWorkload`, reconciler.go `stopJob`
+    "Workload default/pod-training EvictedDueToClusterQueueStopped: The ClusterQueue is stopped",
+    "Pod default/training Stopped: The ClusterQueue is stopped",
+]
+
+
+def training_on_the_a10g() -> World:
     world = cluster(agents=True)
-    running = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "training",
-            "namespace": "default",
-            "labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"},
-        },
-        "spec": {
-            "containers": [
-                {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-            ]
-        },
-    }
-    world.apply(running)
+    world.apply(TRAINING)
     world.reconcile()
     assert world.get("Pod", "training", "default")["spec"]["nodeName"] == "node-a10g"
+    return world
+
+
+def set_ready(world: World, node: str, status: str) -> None:
+    condition = {"type": "Ready", "status": status, "reason": "Test", "message": ""}
+    world.api.merge_patch(
+        "Node", node, {"status": {"conditions": [condition]}}, subresource="status"
+    )
+
+
+def round_until_stopped(world: World) -> dict:
+    """Run rounds, every controller once each, until Kueue has stopped the Pod; the Pod then."""
+    for _ in range(8):
+        for controller in world.controllers:
+            controller.run()
+        pod = world.get("Pod", "training", "default")
+        if pod is None or "deletionTimestamp" in pod["metadata"]:
+            return pod
+    raise AssertionError("Kueue never stopped the Pod")
+
+
+def test_a_pool_that_lost_every_flavor_drains_its_queue_while_it_holds_work():
+    world = training_on_the_a10g()
     world.patch("Devices", "node-a10g", {"managed": False})
     world.reconcile()
-    # The queue was set to HoldAndDrain, Kueue evicted the workload (a Pod is stopped by
-    # deleting it), and the queue, holding nothing, opens again.
-    assert world.events == [
-        "Workload default/pod-training Evicted: ClusterQueue gpustack--nvidia-a10g-linux-amd64 "
-        "is stopped; Pod training deleted"
-    ]
+    # The queue was set to HoldAndDrain, Kueue evicted the workload and deleted its Pod
+    # gracefully, the kubelet confirmed, and the queue, holding nothing, opens again.
+    assert world.events == DRAINED
     assert world.get("Pod", "training", "default") is None
     assert world.get("ClusterQueue", A10G)["spec"]["stopPolicy"] == "None"
     assert views(world)[A10G] == ("0/0 0/0 0/0 0/0", "0/0")
+
+
+def test_a_drained_pod_terminates_and_goes_once_its_kubelet_confirms():
+    world = training_on_the_a10g()
+    world.patch("Devices", "node-a10g", {"managed": False})
+    pod = round_until_stopped(world)
+    assert pod is not None, "deleted outright: Kueue's Stop deletes gracefully"
+    (target,) = [c for c in pod["status"]["conditions"] if c["type"] == "TerminationTarget"]
+    assert (target["status"], target["reason"], target["message"]) == (
+        "True",
+        "WorkloadEvictedDueToClusterQueueStopped",
+        "The ClusterQueue is stopped",
+    )
+    assert world.get("ClusterQueue", A10G)["status"]["reservingWorkloads"] == 0
+    for controller in world.controllers:  # one more round: node-a10g's kubelet confirms
+        controller.run()
+    assert world.get("Pod", "training", "default") is None
+    assert world.get("Workload", "pod-training", "default") is None  # it went with its Pod
+
+
+def test_a_drain_releases_the_quota_of_a_pod_left_terminating_on_an_unreachable_node():
+    """Kueue finishes the Workload of a Pod being deleted (FinalizeOrphanedWorkload), so the
+    queue's reservation drops when the drain starts, not when the Pod is gone."""
+    world = training_on_the_a10g()
+    set_ready(world, "node-a10g", "Unknown")  # its kubelet stopped posting; the Pod tolerates
+    world.reconcile()  # the unreachable taint for 300 s, and no time passes
+    world.patch("Devices", "node-a10g", {"managed": False})
+    assert round_until_stopped(world) is not None
+    status = world.get("ClusterQueue", A10G)["status"]  # in the round Kueue stopped the Pod
+    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (0, 0)
+    world.reconcile()
+    pod = world.get("Pod", "training", "default")
+    assert pod is not None and "deletionTimestamp" in pod["metadata"]  # Terminating: no kubelet
+    assert pod["spec"]["nodeName"] == "node-a10g"
+    workload = world.get("Workload", "pod-training", "default")
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in workload["status"]["conditions"]}
+    assert conditions["Evicted"] == ("True", "ClusterQueueStopped")
+    assert conditions["Finished"] == ("True", "OwnerNotFound")
+    assert "admission" not in workload["status"]
+    assert world.events == DRAINED
+
+
+def test_a_pod_left_terminating_on_an_unreachable_node_gives_its_quota_back_at_once():
+    """No drain: the taint evicts the Pod after its 300 s, its kubelet cannot confirm, and
+    Kueue still finishes its Workload as the deletion starts (pod_controller.go `Load`)."""
+    world = training_on_the_a10g()
+    set_ready(world, "node-a10g", "Unknown")
+    world.reconcile()
+    lifecycle = next(c for c in world.controllers if isinstance(c, NodeLifecycle))
+    lifecycle.sleep(300)
+    world.reconcile()
+    pod = world.get("Pod", "training", "default")
+    assert pod is not None and "deletionTimestamp" in pod["metadata"]
+    assert world.get("ClusterQueue", A10G)["status"]["reservingWorkloads"] == 0
+    workload = world.get("Workload", "pod-training", "default")
+    assert kube.condition_status(workload, "Finished") == "True"
+    assert world.events == []  # evicted by the node's taint, not by Kueue
 
 
 def test_without_drain_when_no_flavors_the_queue_stays_open(world):

@@ -14,8 +14,11 @@
 - Queues: a ClusterQueue write is refused, as Kueue's webhook refuses it, where a resource is
   covered or a flavor listed by more than one resource group; a ClusterQueue is Active when
   every flavor it names exists and it is not stopped; `HoldAndDrain` evicts its admitted
-  workloads (a plain Pod is stopped by deleting it). Its status reports reserving/admitted
-  workloads and the reservation per flavor.
+  workloads, and the pod integration stops each Pod by a graceful delete. Its status reports
+  reserving/admitted workloads and the reservation per flavor.
+- Quota goes back when a Pod ends, not when it is gone: a Workload whose Pod is being deleted
+  (`deletionTimestamp`), or has finished, is Finished and holds nothing, however long the Pod
+  stays Terminating (on an unreachable node, until the Pod garbage collector removes it).
 
 It never calls the product's credit rule: the charge of a Pod is whatever the shipped
 transformations make of the Pod's actual container requests. Quantities are read with
@@ -26,6 +29,7 @@ writes its status and its messages (`1600k`, `800m`).
 from __future__ import annotations
 
 import copy
+import datetime
 import functools
 import math
 from collections.abc import Mapping
@@ -36,8 +40,9 @@ from typing import Any
 import yaml
 
 from functions.simulate import kube
-from functions.simulate.apiserver import Webhook
+from functions.simulate.apiserver import FORBIDDEN, Webhook
 from functions.simulate.client import Client
+from functions.simulate.nodelifecycle import DEFAULT_GRACE_SECONDS, EPOCH
 
 GATE = "kueue.x-k8s.io/admission"
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"
@@ -45,6 +50,9 @@ MANAGED = "kueue.x-k8s.io/managed"
 API = "kueue.x-k8s.io/v1beta2"
 POD_SET = "main"
 CLUSTER_QUEUE_VALIDATOR = "vclusterqueue.kb.io"
+TERMINATION_TARGET = "TerminationTarget"  # the Pod condition Kueue's `Stop` sets
+CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"  # kueue.WorkloadEvictedByClusterQueueStopped
+FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 class Kueue:
@@ -56,7 +64,13 @@ class Kueue:
         self.events: list[str] = []
         # Kueue registers its webhooks when it is installed, before any queue exists
         api.api.webhooks.append(
-            Webhook(CLUSTER_QUEUE_VALIDATOR, "ClusterQueue", admit_cluster_queue, creates=True)
+            Webhook(
+                CLUSTER_QUEUE_VALIDATOR,
+                "ClusterQueue",
+                admit_cluster_queue,
+                creates=True,
+                reason=FORBIDDEN,  # controller-runtime's Denied: its errors are no APIStatus
+            )
         )
 
     @property
@@ -88,8 +102,8 @@ class Kueue:
         for pod in self.api.list("Pod") if self.manages_pods else ():
             if QUEUE_NAME in kube.labels_of(pod):
                 self.gate(pod)
-        self.finish_workloads()
         self.drain_stopped_queues()
+        self.finish_workloads()  # after the drain: a Pod it stopped is being deleted already
         for pod in self.api.list("Pod"):
             if GATE in _gates(pod):
                 self.admit(pod)
@@ -136,7 +150,7 @@ class Kueue:
 
     def admit(self, pod: dict[str, Any]) -> None:
         workload = self.api.get("Workload", workload_name(pod), pod["metadata"]["namespace"])
-        if workload is None:
+        if workload is None or finished(workload):
             return
         queue, why = self.cluster_queue(pod)
         assigned = None
@@ -251,7 +265,13 @@ class Kueue:
     # --- workloads and queues ---------------------------------------------------------------
 
     def admitted(self) -> list[dict[str, Any]]:
-        return [w for w in self.api.list("Workload") if (w.get("status") or {}).get("admission")]
+        """The workloads that hold quota: admitted and not Finished (`HasActiveQuotaReservation`,
+        pkg/workload/workload.go; the cache drops a Finished one, workload_controller.go)."""
+        return [
+            w
+            for w in self.api.list("Workload")
+            if (w.get("status") or {}).get("admission") and not finished(w)
+        ]
 
     def usage(self, queue: str) -> dict[tuple[str, str], Fraction]:
         used: dict[tuple[str, str], Fraction] = {}
@@ -266,30 +286,65 @@ class Kueue:
         return used
 
     def finish_workloads(self) -> None:
-        """A Pod's Workload goes with the Pod (owner reference), or when it has finished."""
+        """What the pod integration makes of a Workload as its Pod ends (pkg/controller/jobs/pod/
+        pod_controller.go `Load` and `Finished`, pkg/controller/jobframework/reconciler.go
+        `ReconcileGenericJob`):
+        - the Pod is being deleted: `Load` answers "finalize" for a Pod with a deletionTimestamp,
+          and `FinalizeOrphanedWorkload` (pkg/workload/workload.go; the FinishOrphanedWorkloads
+          gate, beta and on since 0.18) marks its Workload Finished, `OwnerNotFound`, at once,
+          however long the Pod then stays Terminating;
+        - the Pod Succeeded or Failed: Finished, `Succeeded` or `Failed`, with the Pod's message;
+        - the Pod is gone: the garbage collector deletes the Workload it owns.
+        The same step takes off the Pod's `kueue.x-k8s.io/managed` finalizer, which this API
+        server does not model: nothing here holds a Pod but its kubelet (nodelifecycle.py)."""
         for workload in self.api.list("Workload"):
-            pod = self.api.get("Pod", _pod_name(workload), workload["metadata"]["namespace"])
-            if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                self.api.delete(
-                    "Workload", workload["metadata"]["name"], workload["metadata"]["namespace"]
-                )
+            namespace = workload["metadata"]["namespace"]
+            pod = self.api.get("Pod", _pod_name(workload), namespace)
+            if pod is None:
+                self.api.delete("Workload", workload["metadata"]["name"], namespace)
+            elif not finished(workload) and (ending := pod_ending(pod)):
+                kube.set_conditions(workload, kube.condition("Finished", "True", *ending))
+                self.api.update_status(workload)
 
     def drain_stopped_queues(self) -> None:
-        """`HoldAndDrain`: every admitted workload is evicted, and its Pod stopped (deleted)."""
-        for queue in self.api.list("ClusterQueue"):
-            if queue["spec"].get("stopPolicy") != "HoldAndDrain":
-                continue
-            for workload in self.admitted():
-                if workload["status"]["admission"]["clusterQueue"] != queue["metadata"]["name"]:
-                    continue
-                pod = _pod_name(workload)
-                namespace = workload["metadata"]["namespace"]
-                self.events.append(
-                    f"Workload {namespace}/{workload['metadata']['name']} Evicted: "
-                    f"ClusterQueue {queue['metadata']['name']} is stopped; Pod {pod} deleted"
-                )
-                self.api.delete("Pod", pod, namespace)
-                self.api.delete("Workload", workload["metadata"]["name"], namespace)
+        """`HoldAndDrain`: each admitted workload of the queue is evicted
+        (pkg/controller/core/workload_controller.go `reconcileOnClusterQueueActiveState`)."""
+        stopped = {
+            q["metadata"]["name"]
+            for q in self.api.list("ClusterQueue")
+            if q["spec"].get("stopPolicy") == "HoldAndDrain"
+        }
+        for workload in self.admitted():
+            if workload["status"]["admission"]["clusterQueue"] in stopped:
+                self.evict(workload, CLUSTER_QUEUE_STOPPED, "The ClusterQueue is stopped")
+
+    def evict(self, workload: dict[str, Any], reason: str, message: str) -> None:
+        """pkg/workload/evict/evict.go `Evict`, then what the pod integration does with an
+        evicted workload (reconciler.go, "handle eviction"): it stops the Pod, and, a lone Pod
+        never counting as active (`IsActive`), clears the reservation at once."""
+        namespace, name = workload["metadata"]["namespace"], workload["metadata"]["name"]
+        kube.set_conditions(workload, kube.condition("Evicted", "True", reason, message))
+        self.events.append(f"Workload {namespace}/{name} EvictedDueTo{reason}: {message}")
+        pod = self.api.get("Pod", _pod_name(workload), namespace)
+        if pod is not None:
+            self.stop(pod, f"WorkloadEvictedDueTo{reason}", message)
+        release_quota(workload, reason, message)
+        self.api.update_status(workload)
+
+    def stop(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        """The pod integration's `Stop` (pod_controller.go): a Pod being deleted already,
+        finished, or still gated is left alone; any other gets the `TerminationTarget`
+        condition and is deleted gracefully (a plain Delete): it stays, Terminating, until its
+        kubelet confirms (nodelifecycle.py `collect`)."""
+        phase = (pod.get("status") or {}).get("phase")
+        if _deleting(pod) or phase in FINISHED_PHASES or GATE in _gates(pod):
+            return
+        kube.set_conditions(pod, kube.condition(TERMINATION_TARGET, "True", reason, message))
+        pod = self.api.update_status(pod)
+        pod["metadata"]["deletionTimestamp"] = graceful_deletion_time(pod)
+        self.api.apply(pod)
+        metadata = pod["metadata"]
+        self.events.append(f"Pod {metadata['namespace']}/{metadata['name']} Stopped: {message}")
 
     def activate_queues(self) -> None:
         flavors = {f["metadata"]["name"] for f in self.api.list("ResourceFlavor")}
@@ -316,6 +371,7 @@ class Kueue:
                 for w in self.api.list("Workload")
                 if w["spec"]["queueName"] in self.local_queue_names(name)
                 and not (w.get("status") or {}).get("admission")
+                and not finished(w)
             )
             reservation = [
                 {
@@ -449,6 +505,47 @@ def resource_requests(requests: Mapping[str, Fraction]) -> list[dict[str, Any]]:
     """`status.resourceRequests`: what Kueue counts for the pod set, after transformations."""
     resources = {r: kube.format_quantity(v) for r, v in sorted(requests.items()) if v}
     return [{"name": POD_SET, "resources": resources}]
+
+
+def finished(workload: Mapping[str, Any]) -> bool:
+    return kube.condition_status(workload, "Finished") == "True"
+
+
+def pod_ending(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The reason and message Kueue finishes a Pod's Workload with, or None while it runs:
+    being deleted comes first (`Load` finalizes before `Finished` is asked)."""
+    if _deleting(pod):
+        # kueue.WorkloadFinishedReasonOwnerNotFound, FinalizeOrphanedWorkload's message
+        return "OwnerNotFound", "The workload's owner no longer exists"
+    status = pod.get("status") or {}
+    if status.get("phase") in FINISHED_PHASES:
+        return status["phase"], status.get("message", "")
+    return None
+
+
+def release_quota(workload: dict[str, Any], reason: str, message: str) -> None:
+    """The reservation of an evicted workload cleared (`UnsetQuotaReservationWithCondition`,
+    pkg/workload/workload.go, with Kueue 0.19's default gates): not requeued, since only a
+    preemption or a node failure requeues it."""
+    workload["status"].pop("admission", None)
+    kube.set_conditions(
+        workload,
+        kube.condition("Requeued", "False", reason, message),
+        kube.condition("QuotaReserved", "False", "Pending", message),
+        kube.condition("Admitted", "False", "NoReservation", "The workload has no reservation"),
+    )
+
+
+def graceful_deletion_time(pod: Mapping[str, Any]) -> str:
+    """The `deletionTimestamp` a graceful delete gives: now plus the Pod's grace period. Kueue
+    keeps no clock here; "now" is the time every condition it writes carries."""
+    grace = pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    moment = EPOCH + datetime.timedelta(seconds=grace)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _deleting(pod: Mapping[str, Any]) -> bool:
+    return "deletionTimestamp" in pod["metadata"]
 
 
 def _pod_name(workload: Mapping[str, Any]) -> str:
