@@ -56,6 +56,7 @@ class Gpustack:
     distinct_shares: bool = True  # `.shared: N` is one share on each of N distinct cards
     sidecar_visibility: bool = True  # the plugin resolves the SSH sidecar's visibility token
     fixed_partitions: bool = False  # the plugin makes a MIG instance when a Pod takes one
+    privileged_cards: bool = True  # a privileged container may ask for its devices
 
     def modes(self, manufacturer: str) -> frozenset[Mode]:
         return frozenset(TAKEN)
@@ -120,6 +121,7 @@ class Nvidia:
     distinct_shares: bool = False  # the plugin may hand two replicas of one card to a container
     sidecar_visibility: bool = False
     fixed_partitions: bool = True  # it serves the MIG devices the MIG manager made, no others
+    privileged_cards: bool = True
 
     def modes(self, manufacturer: str) -> frozenset[Mode]:
         if manufacturer != NVIDIA:
@@ -175,6 +177,9 @@ class Hami:
     distinct_shares: bool = True
     sidecar_visibility: bool = False
     fixed_partitions: bool = False  # (no partitions offered)
+    # HAMi's webhook denies a Pod with a privileged container that asks for a vGPU (v2.10;
+    # earlier releases left such a Pod to kube-scheduler, which cannot place it).
+    privileged_cards: bool = False
 
     def modes(self, manufacturer: str) -> frozenset[Mode]:
         if manufacturer != NVIDIA:

@@ -13,7 +13,9 @@ from typing import Any
 
 from functions import structs
 from functions.core import labels, names, reasons
-from functions.core.requests import InstanceTypeFacts, Wait, plan
+from functions.core.dialects import Dialect
+from functions.core.modes import Mode
+from functions.core.requests import InstanceTypeFacts, Refusal, Wait, plan
 from functions.handlers.instance import lifecycle, pin
 from functions.handlers.instance.outcome import (
     Instance,
@@ -38,6 +40,10 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
         return Waiting(planned.reason, planned.message)
     if isinstance(planned, list):
         return refused(*planned)
+    if instance.spec.bool("privileged") and planned.claim.mode is not Mode.NONE:
+        refusal = privileged_cards_refusal(instance.settings.dialect)
+        if refusal is not None:
+            return refused(refusal)
     if not facts.entrance:
         message = f"spec.type: instance type {facts.name} has no entrance yet; retry"
         return Waiting(reasons.INSTANCE_TYPE_NOT_READY, message)
@@ -69,6 +75,18 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
         composed["service"] = service
     status = pod_status(instance.workload, instance.request.observed("service"))
     return Running(reasons.POD_COMPOSED, composed, status)
+
+
+def privileged_cards_refusal(dialect: Dialect) -> Refusal | None:
+    """A device plugin that will not give a privileged container its devices."""
+    if dialect.privileged_cards:
+        return None
+    message = (
+        f"a privileged container cannot ask for accelerators under {dialect.title} (the "
+        "Catalog's devicePlugin): its admission webhook denies the Pod; drop spec.privileged, "
+        "or ask for no accelerator"
+    )
+    return Refusal("spec.privileged", message, reasons.FORBIDDEN)
 
 
 def pin_expressions(instance: Instance) -> tuple[dict, ...] | Waiting:
