@@ -138,6 +138,26 @@ def test_section_4_a_whole_card_on_the_custom_type_then_the_type_is_deleted(worl
     assert instance(world, "custom-demo")["status"]["phase"] == "Stopped"
 
 
+def test_an_instance_whose_pool_drains_stops_at_its_generation(world):
+    """Kueue evicts the drained queue's Workloads and stops their Pods at once, clearing the
+    reservation in the same step, so the InstanceType may never read Draining; the Pod, stopped
+    with Kueue's TerminationTarget condition, says it, and the Instance stops there."""
+    run(world, example("instance-sliced-demo.yaml"))
+    assert instance(world, "sliced-demo")["status"]["phase"] == "Ready"
+    world.patch("Devices", "node-a10g", {"managed": False})  # the pool loses its only node
+    world.reconcile()
+    status = instance(world, "sliced-demo")["status"]
+    assert (status["phase"], status["stoppedGeneration"]) == ("Stopped", 1)
+    assert status["phaseMessage"].startswith(
+        f"instance type {A10G} drained its queue (Kueue stopped the Pod): the Instance stopped "
+        "at generation 1"
+    )
+    assert world.get("Pod", "sliced-demo", "default") is None
+    world.patch("Devices", "node-a10g", {"managed": True})
+    world.reconcile()  # it stays stopped until its spec changes
+    assert instance(world, "sliced-demo")["status"]["phase"] == "Stopped"
+
+
 def test_section_5_repointing_a_stopped_instance_starts_it_on_the_aware_pool(world):
     run(world, example("instancetype-a10g-12c128g.yaml"), example("instance-custom-demo.yaml"))
     world.delete("InstanceType", "a10g-12c128g")

@@ -2,7 +2,8 @@
 
 `spec.stop` removes the workload. Deleting or draining the InstanceType stops the Instance and
 records the generation it stopped at; it stays stopped until its spec changes (the walkthrough
-repoints `spec.type` and clears `stop`).
+repoints `spec.type` and clears `stop`). A drain shows on the InstanceType (Draining) or, as
+Kueue stops the Pod at once, on the Pod itself (`stopped_by_queue`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,23 @@ def drain(instance: Instance, why: str) -> Stopped:
     return Stopped(message, instance.generation)
 
 
+# The condition Kueue's pod integration puts on a Pod it stops because its ClusterQueue drains
+# (pod_controller.go `Stop`: "WorkloadEvicted" + "DueTo" + the eviction's reason).
+QUEUE_STOPPED = ("TerminationTarget", "WorkloadEvictedDueToClusterQueueStopped")
+
+
+def stopped_by_queue(workload: View | None) -> bool:
+    """Kueue stopped the observed Pod as its pool's queue drains. Kueue clears the reservation
+    as it stops the Pod, so the InstanceType may read its queue drained without ever reading
+    Draining: the Pod says it first."""
+    if workload is None or workload.str("kind") != "Pod":
+        return False
+    return any(
+        (condition.str("type"), condition.str("reason")) == QUEUE_STOPPED
+        for condition in workload.list("status", "conditions").views()
+    )
+
+
 def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
     """The InstanceType the Instance runs on, or why it cannot: refused, waiting, drained."""
     name = instance.spec.str("type")
@@ -59,6 +77,8 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
     observed = found[0] if found else None
     if observed is not None and observed.draining:
         return drain(instance, f"instance type {name} is draining")
+    if observed is not None and stopped_by_queue(instance.workload):
+        return drain(instance, f"instance type {name} drained its queue (Kueue stopped the Pod)")
     if observed is not None and not observed.deleting:
         if isinstance(observed.facts, StatusError):
             message = (
