@@ -241,30 +241,33 @@ def test_a_condition_a_function_stops_sending_stays_and_a_fatal_result_makes_it_
 
 def test_a_composed_field_the_schema_lacks_fails_the_apply_not_pruned():
     """Crossplane server-side applies what it composes, and SSA's typed patch has no place for
-    a field the kind's schema lacks: the whole apply fails, where a plain write would prune it
-    with a warning, and a product bug would pass unseen."""
+    a field the kind's schema lacks: that apply fails, where a plain write would prune the
+    field with a warning and a product bug would pass unseen. (The derived InstanceTypes: our
+    own XRD, so the test needs no upstream schema.)"""
 
     def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = run_function(req)
         for name, composed in rsp.desired.resources.items():
-            if name.startswith("flavor-"):
-                composed.resource["spec"]["nodeLabelz"] = {"typo": "yes"}
+            if name.startswith("instancetype-"):
+                composed.resource["spec"]["unitResourcez"] = {"typo": "yes"}
         return rsp
 
     world = world_from([WALKTHROUGH / name for name in CLUSTER], run)
     world.reconcile()
     catalog = world.get("Catalog", "default")
     synced = next(c for c in catalog["status"]["conditions"] if c["type"] == "Synced")
-    flavors = sorted(n for n in world.crossplane.owned[Key.of(catalog)] if n.startswith("flavor-"))
+    owned = world.crossplane.owned[Key.of(catalog)]
+    types = sorted(name for name in owned if name.startswith("instancetype-"))
     # Crossplane applies the rest, and says which it could not (the first three) and why
     assert (synced["status"], synced["message"]) == (
         "False",
-        f"Unsynced resources: {', '.join(flavors[:3])}, and {len(flavors) - 3} more",
+        f"Unsynced resources: {', '.join(types[:3])}"
+        + (f", and {len(types) - 3} more" if len(types) > 3 else ""),
     )
-    assert world.list("ResourceFlavor") == []
-    assert world.list("InstanceType") != []
+    assert world.list("InstanceType") == []
+    assert world.list("InstanceTypeFlavor") != []
     (first, *_) = world.crossplane.events[Key.of(catalog)]
     assert first.startswith(
-        f'Warning ComposeResources: cannot apply composed resource "{flavors[0]}"'
+        f'Warning ComposeResources: cannot apply composed resource "{types[0]}"'
     )
-    assert "spec.nodeLabelz: Forbidden: field not declared in schema" in first
+    assert "spec.unitResourcez: Forbidden: field not declared in schema" in first
