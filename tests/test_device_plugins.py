@@ -20,7 +20,11 @@ from functions.agent.nvml import FakeNvml
 from functions.agent.podresources import list_devices
 from functions.cli import main
 from functions.simulate import World, load_documents, world_from
-from functions.simulate.apiserver import Refused
+from functions.simulate.apiserver import ApiServer, Refused
+from functions.simulate.client import Client
+from functions.simulate.deviceplugin import Allocate, Card
+from functions.simulate.nvidia import NvidiaPlugin
+from functions.simulate.store import Store
 from tests.support.fake_kubelet import fake_kubelet
 from tests.support.schemas import ROOT
 
@@ -561,3 +565,89 @@ def test_hami_refuses_a_privileged_instance_that_asks_a_card_naming_why():
         " (the Catalog's devicePlugin): its admission webhook denies the Pod; drop "
         "spec.privileged, or ask for no accelerator"
     )
+
+
+# --- the GPU Operator's device-plugin config, as the plugin reads it ----------------------------
+
+TEN_REPLICAS = "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n" + (
+    "    resources:\n    - {name: nvidia.com/gpu, replicas: 10}\n"
+)
+ONE_ONLY = TEN_REPLICAS.replace(
+    "renameByDefault: true", "renameByDefault: true\n    failRequestsGreaterThanOne: true"
+)
+
+
+def gpu_operator(
+    labels: dict[str, str],
+    policy_config: dict | None,
+    data: dict[str, str],
+    name: str = "time-slicing-config",
+) -> tuple[NvidiaPlugin, dict]:
+    """The plugin, the node it runs on, the operator's ConfigMap and (if any) ClusterPolicy."""
+    api = Client(ApiServer(Store()))
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "gpu-operator"},
+        "data": data,
+    }
+    api.apply(config_map)
+    if policy_config is not None:
+        api.apply(
+            {
+                "apiVersion": "nvidia.com/v1",
+                "kind": "ClusterPolicy",
+                "metadata": {"name": "cluster-policy"},
+                "spec": {"devicePlugin": {"config": policy_config}},
+            }
+        )
+    return NvidiaPlugin(api), {"metadata": {"name": "n", "labels": labels}}
+
+
+@pytest.mark.parametrize(
+    ("labels", "policy_config", "name", "expected"),
+    [
+        (
+            {"nvidia.com/device-plugin.config": "sliced"},
+            None,
+            "time-slicing-config",
+            ("nvidia.com/gpu.shared", 10, False),
+        ),
+        ({}, None, "time-slicing-config", ("nvidia.com/gpu", 1, False)),
+        (
+            {},
+            {"name": "plugin-config", "default": "sliced"},
+            "plugin-config",
+            ("nvidia.com/gpu.shared", 10, False),
+        ),
+        (
+            {"nvidia.com/device-plugin.config": "whole"},
+            {"name": "plugin-config", "default": "sliced"},
+            "plugin-config",
+            ("nvidia.com/gpu", 1, False),
+        ),
+        ({}, {"default": "one-only"}, "time-slicing-config", ("nvidia.com/gpu.shared", 10, True)),
+    ],
+    ids=[
+        "by the node's label",
+        "no label, no default: whole cards",
+        "the ClusterPolicy's default and ConfigMap",
+        "the label before the default",
+        "failRequestsGreaterThanOne",
+    ],
+)
+def test_the_gpu_operators_plugin_reads_its_config_by_label_then_default(
+    labels, policy_config, name, expected
+):
+    data = {"sliced": TEN_REPLICAS, "one-only": ONE_ONLY, "whole": "version: v1\n"}
+    plugin, node = gpu_operator(labels, policy_config, data, name)
+    assert tuple(plugin.time_slicing(node)) == expected
+
+
+def test_with_fail_requests_greater_than_one_a_share_on_two_cards_fails_at_allocate():
+    plugin, node = gpu_operator({}, {"default": "one-only"}, {"one-only": ONE_ONLY})
+    cards = [Card(f"GPU-{i}", i, "nvidia", 23034, True, {}) for i in range(2)]
+    call = Allocate(node, cards, [], {}, "main", {"nvidia.com/gpu.shared": 2})
+    assert plugin.allocate(call) == "maximum request size for shared resources is 1; found 2"
+    one = Allocate(node, cards, [], {}, "main", {"nvidia.com/gpu.shared": 1})
+    assert [grant.device_ids for grant in plugin.allocate(one)] == [("GPU-0::0",)]

@@ -2,12 +2,16 @@
 
 - Whole cards: each healthy card not in MIG mode is one `nvidia.com/gpu` device, ID its UUID.
 - Time-slicing: a node labelled `nvidia.com/device-plugin.config: <key>` runs the config under
-  that key of the plugin's ConfigMap (`time-slicing-config` in `gpu-operator`, the operator
-  docs' name). `sharing.timeSlicing.resources[{name: nvidia.com/gpu, replicas: r}]` makes each
-  card r devices `<UUID>::<i>`, advertised as `nvidia.com/gpu.shared` when `renameByDefault`
-  is true (else as more `nvidia.com/gpu`); the node then advertises no whole cards. The
-  plugin prefers replicas of the least used cards, but may give one container two replicas
-  of one card.
+  that key of the plugin's ConfigMap, an unlabelled node the ClusterPolicy's
+  `spec.devicePlugin.config.default` (api/nvidia/v1/clusterpolicy_types.go,
+  `DevicePluginConfig`); the ConfigMap is the ClusterPolicy's `spec.devicePlugin.config.name`
+  in `gpu-operator` (`time-slicing-config`, the operator docs' name, without a ClusterPolicy).
+  `sharing.timeSlicing.resources[{name: nvidia.com/gpu, replicas: r}]` makes each card r
+  devices `<UUID>::<i>`, advertised as `nvidia.com/gpu.shared` when `renameByDefault` is true
+  (else as more `nvidia.com/gpu`); the node then advertises no whole cards. The plugin prefers
+  replicas of the least used cards, but may give one container two replicas of one card —
+  unless `failRequestsGreaterThanOne` is true: then Allocate fails a container asking more than
+  one replica ("maximum request size for shared resources is 1; found N", internal/rm/rm.go).
 - MIG, `mig.strategy: mixed`: each MIG device the MIG manager made is one
   `nvidia.com/mig-<profile>` device, ID its UUID; the plugin makes and destroys none.
 - Health: a faulty card is not offered, nor are its MIG devices. The plugin's health check
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -38,6 +42,15 @@ CONFIG_MAP = ("gpu-operator", "time-slicing-config")
 REPLICA = "::"
 
 
+class TimeSlicing(NamedTuple):
+    """A node's time-slicing config: the name its cards go by, devices per card, and whether a
+    container may take only one replica (`failRequestsGreaterThanOne`)."""
+
+    name: str
+    replicas: int
+    one_only: bool
+
+
 class NvidiaPlugin:
     """The GPU Operator's `nvidia-device-plugin` (the `nvidia` dialect)."""
 
@@ -46,7 +59,7 @@ class NvidiaPlugin:
 
     def advertise(self, node: Mapping[str, Any], cards: list[Card]) -> dict[str, int]:
         found: Counter[str] = Counter()
-        name, replicas = self.time_slicing(node)
+        name, replicas, _ = self.time_slicing(node)
         for card in (c for c in cards if c.healthy):
             if card.mig:
                 found.update(MIG_PREFIX + profile for profile, _, _ in card.partitions)
@@ -54,10 +67,14 @@ class NvidiaPlugin:
                 found[name] += replicas
         return dict(found)
 
-    def time_slicing(self, node: Mapping[str, Any]) -> tuple[str, int]:
-        """The resource name whole-card devices go by on this node, and devices per card."""
+    def time_slicing(self, node: Mapping[str, Any]) -> TimeSlicing:
+        """The resource name whole-card devices go by on this node, devices per card, and
+        whether a container may take more than one replica."""
+        config = (self.cluster_policy().get("devicePlugin") or {}).get("config") or {}
         key = ((node.get("metadata") or {}).get("labels") or {}).get(CONFIG_LABEL)
-        config_map = self.api.get("ConfigMap", CONFIG_MAP[1], CONFIG_MAP[0]) if key else None
+        key = key or config.get("default")
+        name = config.get("name") or CONFIG_MAP[1]
+        config_map = self.api.get("ConfigMap", name, CONFIG_MAP[0]) if key else None
         text = ((config_map or {}).get("data") or {}).get(key or "")
         sharing = ((yaml.safe_load(text) if text else None) or {}).get("sharing") or {}
         slicing = sharing.get("timeSlicing") or {}
@@ -66,16 +83,23 @@ class NvidiaPlugin:
                 renamed = resource.get("rename") or (
                     GPU + SHARED_SUFFIX if slicing.get("renameByDefault") else GPU
                 )
-                return renamed, int(resource["replicas"])
-        return GPU, 1
+                one_only = bool(slicing.get("failRequestsGreaterThanOne"))
+                return TimeSlicing(renamed, int(resource["replicas"]), one_only)
+        return TimeSlicing(GPU, 1, False)
+
+    def cluster_policy(self) -> Mapping[str, Any]:
+        policies = self.api.list("ClusterPolicy")
+        return (policies[0].get("spec") or {}) if policies else {}
 
     def allocate(self, call: Allocate) -> list[Grant] | str:
         grants: list[Grant] = []
-        name, replicas = self.time_slicing(call.node)
+        name, replicas, one_only = self.time_slicing(call.node)
         taken = {device for grant in call.held for device in grant.device_ids}
         for resource, count in sorted(call.wanted.items()):
             if resource.startswith(MIG_PREFIX):
                 found = _mig_devices(call.cards, taken, resource, count)
+            elif resource == name and replicas > 1 and one_only and count > 1:
+                found = f"maximum request size for shared resources is 1; found {count}"
             elif resource == name:
                 found = _devices(call.cards, taken, resource, count, replicas)
             else:
