@@ -126,10 +126,17 @@ def test_legacy_tenant_kinds_are_claims():
     assert catalog["spec"]["names"]["kind"] == "Catalog" and "claimNames" not in catalog["spec"]
 
 
+# Kinds of the cluster's own components whose CRDs the upstream schema set does not hold: an
+# example states the few fields the simulated component reads of them (its docstring says which).
+UNVALIDATED = {("nvidia.com/v1", "ClusterPolicy")}  # the GPU Operator's
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=_id)
 def test_every_example_validates(path):
     schemas.require_schemas()
     for doc in documents(path):
+        if (doc["apiVersion"], doc["kind"]) in UNVALIDATED:
+            continue
         assert schemas.errors_of(doc) == [], f"{doc['kind']} {doc['metadata']['name']}"
         if doc["kind"] in ("Instance", "InstancePersistentVolume"):  # and as a legacy claim
             assert schemas.errors_of(doc, legacy=True) == []

@@ -12,8 +12,16 @@
   replicas of the least used cards, but may give one container two replicas of one card —
   unless `failRequestsGreaterThanOne` is true: then Allocate fails a container asking more than
   one replica ("maximum request size for shared resources is 1; found N", internal/rm/rm.go).
-- MIG, `mig.strategy: mixed`: each MIG device the MIG manager made is one
-  `nvidia.com/mig-<profile>` device, ID its UUID; the plugin makes and destroys none.
+- MIG: the plugin serves the MIG devices the MIG manager made, ID their UUIDs, and makes and
+  destroys none, by its MIG strategy: the ClusterPolicy's `spec.mig.strategy`, which the
+  operator passes on as `MIG_STRATEGY`, else the plugin's own default `none`
+  (controllers/object_controls.go, `applyMIGConfiguration`; the operator's Helm chart sets
+  `single`). `mixed`: each MIG device is one `nvidia.com/mig-<profile>` device. `single`:
+  each is one `nvidia.com/gpu` device, and a node that mixes MIG and whole cards, has a card
+  in MIG mode without a MIG device, or MIG devices of two profiles, fails the plugin's start
+  ("invalid MIG configuration", internal/rm/device_map.go): nothing is advertised there.
+  `none`: a card in MIG mode is one whole `nvidia.com/gpu` like any other. (Time-slicing of
+  MIG devices under `single` is not played.)
 - Health: a faulty card is not offered, nor are its MIG devices. The plugin's health check
   (`internal/rm/health.go`, `checkHealth`) marks unhealthy each MIG device whose parent card
   NVML cannot open or watch, and on a critical Xid of the parent the MIG devices on it (every
@@ -40,6 +48,7 @@ MIG_PREFIX = "nvidia.com/mig-"
 CONFIG_LABEL = "nvidia.com/device-plugin.config"
 CONFIG_MAP = ("gpu-operator", "time-slicing-config")
 REPLICA = "::"
+NONE, SINGLE, MIXED = "none", "single", "mixed"  # MIG strategies (api/config/v1/consts.go)
 
 
 class TimeSlicing(NamedTuple):
@@ -60,12 +69,20 @@ class NvidiaPlugin:
     def advertise(self, node: Mapping[str, Any], cards: list[Card]) -> dict[str, int]:
         found: Counter[str] = Counter()
         name, replicas, _ = self.time_slicing(node)
-        for card in (c for c in cards if c.healthy):
-            if card.mig:
+        strategy = self.mig_strategy()
+        if strategy == SINGLE and single_invalid(cards):
+            return {}  # the plugin did not start
+        for card in (c for c in cards if c.healthy and c.manufacturer == "nvidia"):
+            if card.mig and strategy == MIXED:
                 found.update(MIG_PREFIX + profile for profile, _, _ in card.partitions)
-            elif card.manufacturer == "nvidia":
+            elif card.mig and strategy == SINGLE:
+                found[GPU] += len(card.partitions)
+            else:
                 found[name] += replicas
         return dict(found)
+
+    def mig_strategy(self) -> str:
+        return (self.cluster_policy().get("mig") or {}).get("strategy") or NONE
 
     def time_slicing(self, node: Mapping[str, Any]) -> TimeSlicing:
         """The resource name whole-card devices go by on this node, devices per card, and
@@ -94,14 +111,19 @@ class NvidiaPlugin:
     def allocate(self, call: Allocate) -> list[Grant] | str:
         grants: list[Grant] = []
         name, replicas, one_only = self.time_slicing(call.node)
+        strategy = self.mig_strategy()
+        migs = strategy == SINGLE and any(card.mig for card in call.cards)
         taken = {device for grant in call.held for device in grant.device_ids}
         for resource, count in sorted(call.wanted.items()):
-            if resource.startswith(MIG_PREFIX):
-                found = _mig_devices(call.cards, taken, resource, count)
+            if resource.startswith(MIG_PREFIX) and strategy == MIXED:
+                profile = resource[len(MIG_PREFIX) :]
+                found = _mig_devices(call.cards, taken, resource, count, profile)
+            elif resource == GPU and migs:
+                found = _mig_devices(call.cards, taken, resource, count, None)
             elif resource == name and replicas > 1 and one_only and count > 1:
                 found = f"maximum request size for shared resources is 1; found {count}"
             elif resource == name:
-                found = _devices(call.cards, taken, resource, count, replicas)
+                found = _devices(call.cards, taken, resource, count, replicas, strategy == NONE)
             else:
                 continue
             if isinstance(found, str):
@@ -111,11 +133,25 @@ class NvidiaPlugin:
         return grants
 
 
+def single_invalid(cards: list[Card]) -> bool:
+    """Does the `single` strategy refuse this node's cards: MIG and whole cards mixed, a card
+    in MIG mode without a MIG device, or MIG devices of two profiles?"""
+    nvidia = [card for card in cards if card.manufacturer == "nvidia"]
+    in_mig = [card for card in nvidia if card.mig]
+    if not in_mig:
+        return False
+    profiles = {profile for card in in_mig for profile, _, _ in card.partitions}
+    return len(in_mig) < len(nvidia) or not all(c.partitions for c in in_mig) or len(profiles) > 1
+
+
 def _devices(
-    cards: list[Card], taken: set[str], resource: str, count: int, replicas: int
+    cards: list[Card], taken: set[str], resource: str, count: int, replicas: int, with_mig: bool
 ) -> list[Grant] | str:
-    """`count` devices: whole cards, or replicas, each of the least used card at the time."""
-    whole = [c for c in cards if c.healthy and not c.mig and c.manufacturer == "nvidia"]
+    """`count` devices: whole cards (`with_mig`: cards in MIG mode too, as the `none`
+    strategy serves them), or replicas, each of the least used card at the time."""
+    whole = [
+        c for c in cards if c.healthy and (with_mig or not c.mig) and c.manufacturer == "nvidia"
+    ]
     chosen, grants = set(taken), []
     for _ in range(count):
         used = Counter(device.split(REPLICA, 1)[0] for device in chosen)
@@ -138,19 +174,19 @@ def _mode(replicas: int) -> str:
 
 
 def _mig_devices(
-    cards: list[Card], taken: set[str], resource: str, count: int
+    cards: list[Card], taken: set[str], resource: str, count: int, profile: str | None
 ) -> list[Grant] | str:
-    profile = resource[len(MIG_PREFIX) :]
+    """`count` free MIG devices of `profile` (None: of any, as `single` serves them)."""
     free = [
-        (card, placement, uuid)
+        (card, name, placement, uuid)
         for card in cards
         if card.healthy
         for name, placement, uuid in card.partitions
-        if name == profile and uuid not in taken
+        if profile in (None, name) and uuid not in taken
     ]
     if len(free) < count:
         return f"{resource}: {count} MIG devices requested, {len(free)} free"
     return [
-        Grant(resource, (uuid,), card.uuid, "partitioned", placement=placement, profile=profile)
-        for card, placement, uuid in free[:count]
+        Grant(resource, (uuid,), card.uuid, "partitioned", placement=placement, profile=name)
+        for card, name, placement, uuid in free[:count]
     ]

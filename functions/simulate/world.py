@@ -2,7 +2,8 @@
 the controllers around it, settling round by round.
 
 Each round, in the order a real cluster would get there: Crossplane reconciles every composite;
-NFD labels the nodes, and the GPU Operator (where a ClusterPolicy installs it) by NFD's labels;
+NFD labels the nodes, and the GPU Operator (where a ClusterPolicy installs it) by NFD's labels,
+then its GPU feature discovery by the nodes' cards;
 storage binds claims; KubeVirt starts launchers; Kueue gates, admits and accounts; the
 scheduler binds; the kubelet starts Pods with their devices; the node agents report
 allocations. `reconcile()` runs rounds until nothing changes. Nothing here decides a
@@ -26,6 +27,7 @@ from functions.simulate.apiserver import ApiServer
 from functions.simulate.client import Client
 from functions.simulate.crossplane import Crossplane
 from functions.simulate.deviceplugin import GpustackPlugin
+from functions.simulate.gfd import GpuFeatureDiscovery
 from functions.simulate.gpuoperator import GpuOperator
 from functions.simulate.hami import HamiPlugin
 from functions.simulate.kubelet import Kubelet
@@ -72,6 +74,7 @@ class World:
             NodeLifecycle(client),  # next to Crossplane: its admission part sees new Pods first
             Nfd(client),
             GpuOperator(client),  # labels by NFD's labels
+            GpuFeatureDiscovery(client),  # where the operator deployed it
             Provisioner(client),
             KubeVirt(client),
             self.kueue,
