@@ -22,7 +22,7 @@ from functions.cli import main
 from functions.simulate import World, load_documents, world_from
 from functions.simulate.apiserver import ApiServer, Refused
 from functions.simulate.client import Client
-from functions.simulate.deviceplugin import Allocate, Card
+from functions.simulate.deviceplugin import Allocate, Card, Placement
 from functions.simulate.nvidia import NvidiaPlugin
 from functions.simulate.store import Store
 from tests.support.fake_kubelet import fake_kubelet
@@ -651,3 +651,268 @@ def test_with_fail_requests_greater_than_one_a_share_on_two_cards_fails_at_alloc
     assert plugin.allocate(call) == "maximum request size for shared resources is 1; found 2"
     one = Allocate(node, cards, [], {}, "main", {"nvidia.com/gpu.shared": 1})
     assert [grant.device_ids for grant in plugin.allocate(one)] == [("GPU-0::0",)]
+
+
+# --- the GPU Operator's MIG strategy: gpustack needs `mixed` ------------------------------------
+
+WHOLE_H100 = {
+    "apiVersion": "worker.gpustack.ai/v1alpha1",
+    "kind": "Instance",
+    "metadata": {"name": "whole-h100", "namespace": "default"},
+    "spec": {
+        "type": H100,
+        "image": "ubuntu:24.04",
+        "command": ["sleep", "86400"],
+        "resources": {"accelerator": "1"},
+        "volume": {"ephemeral": {"capacity": "1Gi"}},
+    },
+}
+
+
+def mig_strategy_cluster(strategy: str | None) -> World:
+    """The example's cluster where the GPU Operator runs its operands on node-h100 (NFD found
+    its NVIDIA cards), its ClusterPolicy's MIG strategy `strategy` (None: unset)."""
+    documents = [
+        doc
+        for name in ("devices.yaml", "nodes.yaml", "namespaces.yaml", "gpu-operator.yaml")
+        for doc in load_documents(EXAMPLE / name)
+    ]
+    for doc in documents:
+        if doc["kind"] == "ClusterPolicy":
+            doc["spec"]["mig"] = {"strategy": strategy} if strategy else {}
+        if doc["kind"] == "Node" and doc["metadata"]["name"] == "node-h100":
+            doc["metadata"]["labels"]["feature.node.kubernetes.io/pci-10de.present"] = "true"
+    world = World()
+    world.apply(*documents, *load_documents(EXAMPLE / "catalog-nvidia.yaml"))
+    world.reconcile()
+    return world
+
+
+def left_out_warnings(world: World, node: str) -> list[str]:
+    results = world.results[("Devices", "", node)]
+    return [r.message for r in results if r.reason == "NodeLeftOut"]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "labels", "advertised"),
+    [
+        pytest.param(
+            None,
+            {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
+            {"nvidia.com/gpu": "8"},
+            id="unset: the plugin's none serves the two cards in MIG mode as whole cards",
+        ),
+        pytest.param(
+            "single",
+            {
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-INVALID",
+                "nvidia.com/gpu.count": "0",
+                "nvidia.com/mig.strategy": "single",
+            },
+            {},
+            id="the Helm chart's single: MIG and whole cards mixed, the plugin does not start",
+        ),
+    ],
+)
+def test_a_mig_node_without_the_mixed_strategy_is_left_out_of_every_pool(
+    strategy, labels, advertised
+):
+    """The plugin would hand a whole-card Pod one of the cards in MIG mode (none), or has no
+    device to hand (single), and Kueue and the scheduler cannot tell: the node takes no pool."""
+    world = mig_strategy_cluster(strategy)
+    node = world.get("Node", "node-h100")
+    gfd = {k: v for k, v in node["metadata"]["labels"].items() if k in labels or "mig." in k}
+    assert gfd == labels
+    on_node = {k: v for k, v in node["status"]["allocatable"].items() if k.startswith("nvidia")}
+    assert {k: v for k, v in on_node.items() if v != "0"} == advertised
+
+    why = world.get("Devices", "node-h100")["status"]["leftOut"]
+    assert why.startswith(
+        "2 card(s) in MIG mode, and the NVIDIA GPU Operator's device plugin runs MIG strategy "
+        f"{strategy or 'none'} here ("
+    )
+    assert why.endswith(
+        "a whole-card Instance could be given one; set mig.strategy: mixed in the GPU "
+        "Operator's ClusterPolicy"
+    )
+    assert left_out_warnings(world, "node-h100") == [
+        f"node node-h100 is left out of every pool: {why} (docs/device-plugins.md)"
+    ]
+    # The pool was derived before GPU feature discovery labelled the node (derived types stay);
+    # it has no node now, and the other nodes serve as before.
+    assert row(world, H100) == "0/0 0/0 0/0 0/0"
+    assert row(world, L4) == "1/2 1/20 0/0 0/0"  # as in the example
+    world.apply(WHOLE_H100)
+    world.reconcile()
+    assert world.get("Pod", "whole-h100", "default") is None
+    assert phase_message(world, "whole-h100") == (
+        "Refused: spec.resources.accelerator: exceeds the maximum accelerator request 0 of "
+        f"instance type {H100}"
+    )
+
+
+MIXED = "mixed"
+
+
+def test_once_the_strategy_is_mixed_the_node_serves_and_no_whole_card_is_in_mig_mode():
+    world = mig_strategy_cluster("single")
+    assert row(world, H100) == "0/0 0/0 0/0 0/0"
+    world.api.merge_patch("ClusterPolicy", "cluster-policy", {"spec": {"mig": {"strategy": MIXED}}})
+    world.reconcile()
+    node = world.get("Node", "node-h100")
+    assert node["metadata"]["labels"]["nvidia.com/mig.strategy"] == "mixed"
+    assert "leftOut" not in world.get("Devices", "node-h100")["status"]
+    assert left_out_warnings(world, "node-h100") == []
+    assert row(world, H100) == "6/6 6/60 0/0 1/1"
+    world.apply(WHOLE_H100)
+    world.reconcile()
+    assert phase_message(world, "whole-h100") == "Ready: "
+    assert keys(world, "whole-h100") == {"nvidia.com/gpu": "1"}
+    (allocated,) = device_ids(world, "node-h100")["nvidia.com/gpu"]
+    assert allocated not in (H100_0, H100_0[:-1] + "1")  # never a card in MIG mode
+
+
+def mig_card(index: int, *profiles: str) -> Card:
+    """A card in MIG mode with one MIG device of each of `profiles` (placements made up)."""
+    partitions = tuple(
+        (profile, Placement(4 * i, 4), f"MIG-{index}-{i}") for i, profile in enumerate(profiles)
+    )
+    return Card(f"GPU-{index}", index, "nvidia", 81559, True, {"3g.40gb": ()}, partitions)
+
+
+def whole_card(index: int) -> Card:
+    return Card(f"GPU-{index}", index, "nvidia", 81559, True, {})
+
+
+def plugin_under(strategy: str | None) -> NvidiaPlugin:
+    api = Client(ApiServer(Store()))
+    spec = {"mig": {"strategy": strategy}} if strategy else {}
+    api.apply(
+        {
+            "apiVersion": "nvidia.com/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "cluster-policy"},
+            "spec": spec,
+        }
+    )
+    return NvidiaPlugin(api)
+
+
+NODE = {"metadata": {"name": "n", "labels": {}}}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "cards", "advertised"),
+    [
+        (None, [mig_card(0, "3g.40gb"), whole_card(1)], {"nvidia.com/gpu": 2}),
+        (
+            "mixed",
+            [mig_card(0, "3g.40gb"), whole_card(1)],
+            {"nvidia.com/gpu": 1, "nvidia.com/mig-3g.40gb": 1},
+        ),
+        (
+            "single",
+            [mig_card(0, "3g.40gb", "3g.40gb"), mig_card(1, "3g.40gb")],
+            {"nvidia.com/gpu": 3},
+        ),
+        ("single", [mig_card(0, "3g.40gb"), whole_card(1)], {}),
+        ("single", [mig_card(0, "3g.40gb", "1g.20gb")], {}),
+        ("single", [mig_card(0, "3g.40gb"), mig_card(1)], {}),
+        ("single", [whole_card(0), whole_card(1)], {"nvidia.com/gpu": 2}),
+    ],
+    ids=[
+        "unset is none: a card in MIG mode is a whole card",
+        "mixed",
+        "single: the MIG devices",
+        "single refuses MIG and whole cards mixed",
+        "single refuses two profiles",
+        "single refuses a card in MIG mode without a MIG device",
+        "single without a card in MIG mode",
+    ],
+)
+def test_the_gpu_operators_plugin_advertises_by_its_mig_strategy(strategy, cards, advertised):
+    assert plugin_under(strategy).advertise(NODE, cards) == advertised
+
+
+def test_under_single_a_whole_card_request_gets_a_mig_device_and_under_none_a_card_in_mig_mode():
+    single = Allocate(NODE, [mig_card(0, "3g.40gb")], [], {}, "main", {"nvidia.com/gpu": 1})
+    (grant,) = plugin_under("single").allocate(single)
+    assert (grant.device_ids, grant.mode, grant.profile) == (("MIG-0-0",), "partitioned", "3g.40gb")
+    cards = [mig_card(0, "3g.40gb"), whole_card(1)]
+    none = Allocate(NODE, cards, [], {}, "main", {"nvidia.com/gpu": 1})
+    assert [g.device_ids for g in plugin_under(None).allocate(none)] == [("GPU-0",)]
+    assert [g.device_ids for g in plugin_under("mixed").allocate(none)] == [("GPU-1",)]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "cards", "labels"),
+    [
+        (
+            None,
+            [False, True],
+            {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "2"},
+        ),
+        (
+            "mixed",
+            [False, True],
+            {
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/gpu.count": "2",
+                "nvidia.com/mig.strategy": "mixed",
+            },
+        ),
+        (
+            "single",
+            [True, True],
+            {
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",
+                "nvidia.com/gpu.count": "2",
+                "nvidia.com/mig.strategy": "single",
+            },
+        ),
+        (
+            "single",
+            [False, True],
+            {
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-INVALID",
+                "nvidia.com/gpu.count": "0",
+                "nvidia.com/mig.strategy": "single",
+            },
+        ),
+    ],
+    ids=["none: no strategy label", "mixed", "single", "single, invalid"],
+)
+def test_gpu_feature_discovery_labels_the_product_and_the_mig_strategy(strategy, cards, labels):
+    from functions.simulate.gfd import gfd_labels
+
+    devices = {
+        "spec": {
+            "accelerators": [
+                {
+                    "manufacturer": "nvidia",
+                    "devices": [
+                        {
+                            "uuid": f"GPU-{i}",
+                            "index": i,
+                            "product": "NVIDIA H100 80GB HBM3",
+                            "mig": {
+                                "enabled": in_mig,
+                                "profiles": [{"name": "3g.40gb", "placements": []}],
+                                "partitions": [
+                                    {
+                                        "profile": "3g.40gb",
+                                        "placement": {"start": 0, "size": 4},
+                                        "uuid": f"MIG-{i}",
+                                    }
+                                ]
+                                if in_mig
+                                else [],
+                            },
+                        }
+                        for i, in_mig in enumerate(cards)
+                    ],
+                }
+            ]
+        }
+    }
+    assert gfd_labels(devices, strategy or "none") == labels

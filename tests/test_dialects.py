@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from functions.agent.allocations import allocations
 from functions.agent.podresources import ContainerDevices
 from functions.core import dialects, mig
-from functions.core.devices import Accelerator, Allocation, Partition, Placement
+from functions.core.devices import (
+    Accelerator,
+    AcceleratorVendor,
+    Allocation,
+    Cpu,
+    DevicesSpec,
+    Partition,
+    Placement,
+)
 from functions.core.ledger import AllocationRefused, CardLedger
 from functions.core.modes import PERCENT, SHARE, Claim, D, Mode
 from functions.core.quantity import GIB
@@ -341,3 +349,58 @@ def test_a_mig_profile_kueue_cannot_price_by_name_is_refused_under_nvidia():
     assert found.field == "spec.resources.acceleratorPartitionedProfile"
     assert "cannot charge it exactly; ask for another profile" in found.message
     assert isinstance(plan({"acceleratorPartitionedProfile": "1g.10gb"}, facts()), Plan)
+
+
+def node_with(cards_in_mig_mode: int, whole: int = 8) -> DevicesSpec:
+    cards = tuple(
+        Accelerator(f"GPU-{i}", i, H100, 81559, mig_enabled=i < cards_in_mig_mode)
+        for i in range(whole)
+    )
+    return DevicesSpec(
+        "node", "linux", "amd64", Cpu(), (AcceleratorVendor("nvidia", devices=cards),)
+    )
+
+
+GFD = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+
+
+@pytest.mark.parametrize(
+    ("dialect", "in_mig", "labels", "left_out"),
+    [
+        (NVIDIA, 2, GFD, "none"),
+        (NVIDIA, 8, {**GFD, "nvidia.com/mig.strategy": "single"}, "single"),
+        (NVIDIA, 2, {**GFD, "nvidia.com/mig.strategy": "mixed"}, ""),
+        (NVIDIA, 0, {**GFD, "nvidia.com/mig.strategy": "single"}, ""),
+        (NVIDIA, 2, {}, ""),
+        (GPUSTACK, 2, {**GFD, "nvidia.com/mig.strategy": "single"}, ""),
+        (HAMI, 2, GFD, ""),
+    ],
+    ids=[
+        "nvidia, no strategy label: none",
+        "nvidia, single",
+        "nvidia, mixed",
+        "nvidia, no card in MIG mode",
+        "nvidia, GPU feature discovery not running: nothing told",
+        "gpustack's plugin makes its own partitions",
+        "hami",
+    ],
+)
+def test_a_node_with_cards_in_mig_mode_needs_the_gpu_operators_mixed_strategy(
+    dialect, in_mig, labels, left_out
+):
+    why = dialect.left_out(node_with(in_mig), labels)
+    if not left_out:
+        assert why == ""
+        return
+    told = (
+        f"GPU feature discovery's label nvidia.com/mig.strategy={left_out}"
+        if "nvidia.com/mig.strategy" in labels
+        else "GPU feature discovery sets no nvidia.com/mig.strategy label"
+    )
+    given = "its MIG devices" if left_out == "single" else "a card in MIG mode"
+    assert why == (
+        f"{in_mig} card(s) in MIG mode, and the NVIDIA GPU Operator's device plugin runs MIG "
+        f"strategy {left_out} here ({told}), which advertises {given} as nvidia.com/gpu: a "
+        "whole-card Instance could be given one; set mig.strategy: mixed in the GPU "
+        "Operator's ClusterPolicy"
+    )

@@ -518,6 +518,7 @@ def test_a_digest_of_another_setting_leaves_the_node_alone(walkthrough):
         ),
         catalog.Settings.from_spec({"instanceTypeAwareCpuManufacturer": True}),
         None,
+        {},
     )
     assert aware == first.status["inputs"]
 

@@ -230,6 +230,14 @@ class DevicesSpec:
     def group(self, a_key: str) -> AcceleratorGroup | None:
         return next((group for group in self.groups if group.key == a_key), None)
 
+    def cards_in_mig_mode(self, manufacturer: str) -> int:
+        return sum(
+            card.mig_enabled
+            for vendor in self.accelerators
+            if vendor.manufacturer == manufacturer
+            for card in vendor.devices
+        )
+
 
 def _group(vendors: Sequence[AcceleratorVendor]) -> tuple[AcceleratorGroup, ...]:
     grouped: dict[str, AcceleratorGroup] = {}

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from functions.core import mig, quantity, resources
+from functions.core.devices import DevicesSpec
 from functions.core.modes import PERCENT, SHARE, SHARES_PER_CARD, TAKEN, Claim, D, Mode
 
 Name = Literal["gpustack", "nvidia", "hami"]
@@ -45,6 +46,11 @@ HAMI_CORES = "nvidia.com/gpucores"
 HAMI_KEYS = (HAMI_MEMORY_PERCENTAGE, HAMI_MEMORY, HAMI_CORES)
 HAMI_ALLOCATED = "hami.io/vgpu-devices-allocated"  # the Pod annotation naming the real cards
 REPLICA = "::"  # a time-slicing replica's ID: `<card UUID>::<n>`
+# GPU feature discovery's labels: the product on every node it runs on, and the MIG strategy
+# the GPU Operator's plugin runs there, unless `none`.
+GFD_PRODUCT = "nvidia.com/gpu.product"
+MIG_STRATEGY = "nvidia.com/mig.strategy"
+MIXED = "mixed"
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,13 @@ class Gpustack:
         return largest_node_cards
 
     def refusal(self, claim: Claim) -> str:
+        return ""
+
+    node_labels: tuple[str, ...] = ()  # the Node labels `left_out` reads
+
+    def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
+        """Why this plugin cannot serve the node `spec` reports, its Node labelled so, as
+        claims are written for it ("": it can)."""
         return ""
 
     def transformations(self) -> list[dict[str, Any]]:
@@ -158,6 +171,33 @@ class Nvidia:
     def refusal(self, claim: Claim) -> str:
         return ""
 
+    node_labels: tuple[str, ...] = (GFD_PRODUCT, MIG_STRATEGY)
+
+    def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
+        """A node with cards in MIG mode needs the plugin's `mixed` MIG strategy. Under
+        `single` it advertises the MIG devices as `nvidia.com/gpu` (and does not start where
+        MIG and whole cards mix), under `none` a card in MIG mode as a whole `nvidia.com/gpu`:
+        either way a whole-card claim could be given what is not a whole card, and Kueue and
+        the scheduler cannot steer it off. GPU feature discovery's labels tell the strategy;
+        where it does not run (no product label), nothing is told."""
+        mig_cards = spec.cards_in_mig_mode(NVIDIA)
+        if not mig_cards or GFD_PRODUCT not in node_labels:
+            return ""
+        strategy = node_labels.get(MIG_STRATEGY) or "none"
+        if strategy == MIXED:
+            return ""
+        told = (
+            f"GPU feature discovery's label {MIG_STRATEGY}={strategy}"
+            if MIG_STRATEGY in node_labels
+            else f"GPU feature discovery sets no {MIG_STRATEGY} label"
+        )
+        given = "its MIG devices" if strategy == "single" else "a card in MIG mode"
+        return (
+            f"{mig_cards} card(s) in MIG mode, and {self.title} runs MIG strategy {strategy} "
+            f"here ({told}), which advertises {given} as {GPU}: a whole-card Instance could "
+            f"be given one; set mig.strategy: {MIXED} in the GPU Operator's ClusterPolicy"
+        )
+
     def transformations(self) -> list[dict[str, Any]]:
         found = [_replace(GPU, NVIDIA, D), _replace(GPU_SHARED, NVIDIA, SHARE)]
         found += [
@@ -224,6 +264,11 @@ class Hami:
                 "HAMi gives a slice with 100 % of the cores the whole card; "
                 "set acceleratorSlicedCoresPercentage below 100, or ask for a whole card"
             )
+        return ""
+
+    node_labels: tuple[str, ...] = ()
+
+    def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
         return ""
 
     def transformations(self) -> list[dict[str, Any]]:

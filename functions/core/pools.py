@@ -162,14 +162,17 @@ def summarize_devices(
     node_management_manual: bool = False,
     ledger: NodeLedger | None = None,
     fixed_partitions: bool = False,
+    left_out: bool = False,
 ) -> NodeSummary:
-    """One node's summary; `fixed_partitions` as `build_ledger` reads it."""
+    """One node's summary; `fixed_partitions` as `build_ledger` reads it. A node `left_out`
+    (its device plugin cannot serve it as claims are written) is not managed: no pool and no
+    flavor takes it."""
     return NodeSummary(
         node=spec.node,
         os=spec.os,
         arch=spec.arch,
         g_key=spec.g_key,
-        managed=spec.is_managed(node_management_manual),
+        managed=spec.is_managed(node_management_manual) and not left_out,
         cpu_cores=spec.cpu.cores,
         groups=summarize_node(ledger or build_ledger(spec, fixed_partitions)),
         load_details=lambda: ({group.key: GroupFacts.of(group) for group in spec.groups}, spec.cpu),

@@ -59,6 +59,7 @@ STOPPED = "Stopped"
 
 # --- results ----------------------------------------------------------------------------------
 ALLOCATION_CONFLICT = "AllocationConflict"  # Devices: an observed allocation the ledger refused
+NODE_LEFT_OUT = "NodeLeftOut"  # Devices: the device plugin cannot serve the node as claims ask
 UNREADABLE_OBJECT = "UnreadableObject"  # a required object skipped: its kind, name and field
 NODE_SUMMARIES_MISSING = "NodeSummariesMissing"  # a pool kept what it composed: no summary yet
 VM_NODES_UNSELECTED = "VMNodesUnselected"  # a GPUClass reads many Nodes that serve no VM

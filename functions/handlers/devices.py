@@ -8,8 +8,13 @@ node (core/status/summary.py), labelled as pools select nodes. Where KubeVirt ru
 (core/status/vmnode.py), labelled as classes select VM nodes. All live in the Catalog's
 systemNamespace.
 
+A node the cluster's device plugin cannot serve as claims are written for it (the dialect's
+`left_out`: the GPU Operator's plugin on cards in MIG mode without the `mixed` MIG strategy,
+told by the Node's GPU feature discovery labels) is not managed, so no pool or flavor takes it;
+`status.leftOut` and a `NodeLeftOut` Warning say why.
+
 A reconcile whose inputs — the node's name and spec, the Catalog settings read here, the VM
-node state, this release — hash to the digest the last status recorded (`status.inputs`)
+node state, the Node labels the dialect judges it by, this release — hash to the digest the last status recorded (`status.inputs`)
 recomputes nothing: it returns the observed status and composed objects as they are. So does
 the first call of a reconcile, made before the Catalog and the Node are read: Crossplane calls
 again once they are. The agent writes the spec only when a reading changed, and Crossplane
@@ -140,25 +145,37 @@ def requirements(request: Request) -> dict[str, Requirement]:
     # Which of the Node's labels are read is the Catalog's to say (the defaults until it is
     # read, when the Node is not read either); Crossplane is asked for the same Node each call.
     settings = catalog_settings(request, Desired())
-    labelled = tuple(("metadata", "labels", key) for key in sorted(settings.vm_nodes))
+    keys = sorted({*settings.vm_nodes, *settings.dialect.node_labels})
+    labelled = tuple(("metadata", "labels", key) for key in keys)
     node = Requirement(apis.CORE, "Node", match_name=request.xr.name, reads=NODE_READS + labelled)
     return {"catalog": CATALOG, "node": node}
 
 
-def inputs_digest(request: Request, settings: Settings, vm_node: dict | None) -> str:
+def dialect_labels(request: Request, settings: Settings) -> dict[str, str]:
+    """The Node's labels the device plugin's dialect judges the node by (`left_out`): none
+    until the Node is read."""
+    node = request.required_one("node")
+    if node is None:
+        return {}
+    found = node.view("metadata", "labels")
+    return {key: found.str(key) for key in settings.dialect.node_labels if found.has(key)}
+
+
+def inputs_digest(
+    request: Request, settings: Settings, vm_node: dict | None, judged: dict[str, str]
+) -> str:
     """What this handler's output depends on, hashed: the node, its spec, the settings read,
-    the VM node state."""
+    the VM node state, the Node labels the dialect judges it by."""
+    read = {
+        "devicePlugin": settings.device_plugin,
+        "nodeManagementManual": settings.node_management_manual,
+        "systemNamespace": settings.system_namespace,
+        "workloadFitAffinity": settings.workload_fit_affinity,
+    }
+    if judged:
+        read["nodeLabels"] = judged
     return devices_status.inputs_digest(
-        request.xr.name,
-        structs.canonical(request.xr, "spec"),
-        {
-            "devicePlugin": settings.device_plugin,
-            "nodeManagementManual": settings.node_management_manual,
-            "systemNamespace": settings.system_namespace,
-            "workloadFitAffinity": settings.workload_fit_affinity,
-        },
-        RELEASE,
-        vm_node,
+        request.xr.name, structs.canonical(request.xr, "spec"), read, RELEASE, vm_node
     )
 
 
@@ -166,9 +183,10 @@ def compose(request: Request) -> Desired:
     desired = Desired()
     settings = catalog_settings(request, desired)
     vm_node = vm_node_config_map(request, settings, desired)
-    if unchanged(request, settings, vm_node):
+    judged = dialect_labels(request, settings)
+    if unchanged(request, settings, vm_node, judged):
         return keep_observed(request, desired)
-    digest = inputs_digest(request, settings, vm_node)
+    digest = inputs_digest(request, settings, vm_node, judged)
     try:
         # Only what the spec is read from: the status (the last ledger) is as large again.
         spec = parse_devices({part: plain(request.xr.get(part)) for part in ("metadata", "spec")})
@@ -176,9 +194,14 @@ def compose(request: Request) -> Desired:
         raise InputError(
             error.path, f"{error.problem}; the node agent writes this field"
         ) from error
+    left_out = settings.dialect.left_out(spec, judged)
     ledger = build_ledger(spec, settings.dialect.fixed_partitions)
-    summary = summarize_devices(spec, settings.node_management_manual, ledger)
-    desired.status = devices_status.write(ledger, summary, digest)
+    summary = summarize_devices(
+        spec, settings.node_management_manual, ledger, left_out=bool(left_out)
+    )
+    desired.status = devices_status.write(ledger, summary, digest, left_out)
+    if left_out:
+        left_out_warning(desired, spec.node, left_out)
     for conflict in ledger.conflicts:
         conflict_warning(desired, conflict.device, conflict.pod, conflict.reason)
     namespace, node = settings.system_namespace, spec.node
@@ -211,7 +234,16 @@ def conflict_warning(desired: Desired, device: str, pod: str, reason: str) -> No
     )
 
 
-def unchanged(request: Request, settings: Settings, vm_node: dict | None) -> bool:
+def left_out_warning(desired: Desired, node: str, why: str) -> None:
+    desired.warning(
+        f"node {node} is left out of every pool: {why} (docs/device-plugins.md)",
+        reasons.NODE_LEFT_OUT,
+    )
+
+
+def unchanged(
+    request: Request, settings: Settings, vm_node: dict | None, judged: dict[str, str]
+) -> bool:
     """Everything the last status composed is there, and it was computed from these inputs —
     or the Catalog is not read yet: then this is the first call of a reconcile, which Crossplane
     calls again with it and the Node, so nothing is worth computing now."""
@@ -225,12 +257,15 @@ def unchanged(request: Request, settings: Settings, vm_node: dict | None) -> boo
         expected.add(VM_NODE)
     if not digest or set(request.observed_names()) != expected:
         return False
-    return digest == inputs_digest(request, settings, vm_node)
+    return digest == inputs_digest(request, settings, vm_node, judged)
 
 
 def keep_observed(request: Request, desired: Desired) -> Desired:
     """The observed status and composed objects, as they are (nothing is recomputed)."""
     desired.status = observed_status(request)
+    left_out = request.xr.str("status", "leftOut")
+    if left_out:
+        left_out_warning(desired, request.xr.name, left_out)
     for conflict in request.xr.list("status", "conflicts").views():
         conflict_warning(
             desired, conflict.str("device"), conflict.str("pod"), conflict.str("reason")

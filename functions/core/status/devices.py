@@ -61,15 +61,20 @@ _INT_FACTS = frozenset({"memory_mib", "cores", "slice_slots"})
 # --- writer -----------------------------------------------------------------------------------
 
 
-def write(ledger: NodeLedger, summary: NodeSummary, inputs: str = "") -> dict[str, Any]:
+def write(
+    ledger: NodeLedger, summary: NodeSummary, inputs: str = "", left_out: str = ""
+) -> dict[str, Any]:
     """The whole `Devices.status` the devices handler publishes; `inputs` is the digest of
-    what it was computed from (`inputs_digest`), so an unchanged node is not recomputed."""
+    what it was computed from (`inputs_digest`), so an unchanged node is not recomputed;
+    `left_out`, why no pool takes the node, if that is so."""
     status = {
         "version": VERSION,
         "groups": ledger_rows(ledger),
         "summary": summary_status(summary),
         "conflicts": [conflict_row(c) for c in ledger.conflicts],
     }
+    if left_out:
+        status["leftOut"] = left_out
     if inputs:
         status["inputs"] = inputs
     return status
