@@ -562,3 +562,133 @@ def test_optional_old_self_rules_run_on_create_and_message_expressions_word_the_
 def test_a_rule_reason_picks_the_error_type():
     errors = validation.check(WIDGET, widget(13)).errors
     assert [str(e) for e in errors] == ["spec.size: Forbidden: failed rule: self.size != 13"]
+
+
+# --- Pods: what an update may change, the binding, mutating admission -----------------------
+
+
+def running_pod(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "ubuntu:24.04", "command": ["sleep", "1"]}],
+        "tolerations": [{"key": "a", "operator": "Exists"}],
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "t"},
+        "spec": base,
+    }
+
+
+REQUIRED_B = {
+    "requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "b", "operator": "In", "values": ["2"]}]}
+        ]
+    }
+}
+GATED = {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}], "nodeSelector": {"a": "1"}}
+FORBIDDEN_CHANGE = (
+    'Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than '
+    "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+    "`spec.tolerations` (only additions to existing tolerations),"
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+)
+
+
+def replaced(spec: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    found = copy.deepcopy(spec)
+    found.update(changes)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("before", "change", "refusal"),
+    [
+        ({}, lambda s: s["containers"][0].update(image="ubuntu:25.04"), None),
+        ({}, lambda s: s["tolerations"].append({"key": "b", "operator": "Exists"}), None),
+        ({}, lambda s: s.update(activeDeadlineSeconds=60), None),
+        ({}, lambda s: s["containers"][0].update(command=["sleep", "2"]), FORBIDDEN_CHANGE),
+        (
+            {},
+            lambda s: s["containers"][0].update(resources={"limits": {"cpu": "1"}}),
+            FORBIDDEN_CHANGE,
+        ),
+        ({}, lambda s: s.update(nodeSelector={"b": "2"}), FORBIDDEN_CHANGE),
+        ({}, lambda s: s.update(nodeName="node-a"), FORBIDDEN_CHANGE),
+        (
+            {},
+            lambda s: s.update(tolerations=[]),
+            'Pod "p" is invalid: spec.tolerations[0]: Forbidden: existing toleration can not be '
+            "modified except its tolerationSeconds",
+        ),
+        (
+            {},
+            lambda s: s["containers"].append({"name": "side", "image": "x"}),
+            'Pod "p" is invalid: spec.containers: Forbidden: pod updates may not add or remove '
+            "containers",
+        ),
+        (
+            {},
+            lambda s: s.update(schedulingGates=[{"name": "g"}]),
+            'Pod "p" is invalid: spec.schedulingGates: Forbidden: only deletion is allowed, but '
+            "found new scheduling gate 'g'",
+        ),
+        (GATED, lambda s: (s.pop("schedulingGates"), s["nodeSelector"].update(b="2")), None),
+        (GATED, lambda s: s.update(affinity={"nodeAffinity": REQUIRED_B}), None),
+        (
+            GATED,
+            lambda s: s["nodeSelector"].update(a="2"),
+            'Pod "p" is invalid: spec.nodeSelector[a]: Invalid value: "2": only additions to '
+            "spec.nodeSelector are allowed (no mutations or deletions)",
+        ),
+    ],
+    ids=[
+        "an image",
+        "a toleration added",
+        "activeDeadlineSeconds",
+        "the command",
+        "the resources",
+        "a nodeSelector once ungated",
+        "nodeName, but through the binding",
+        "a toleration removed",
+        "a container added",
+        "a scheduling gate added",
+        "gated: the gate removed and a nodeSelector key added (Kueue's admission)",
+        "gated: a node affinity where there was none",
+        "gated: a nodeSelector value changed",
+    ],
+)
+def test_a_pod_update_changes_only_what_kube_apiserver_lets_it(before, change, refusal):
+    require_schemas()
+    api = ApiServer(Store())
+    stored = api.create(running_pod(**before))
+    updated = copy.deepcopy(stored)
+    change(updated["spec"])
+    if refusal is None:
+        assert api.update(updated)["spec"] == updated["spec"]
+        return
+    with pytest.raises(Refused) as refused:
+        api.update(updated)
+    assert (str(refused.value), refused.value.reason) == (refusal, INVALID)
+    assert api.store.get("Pod", "p", "t")["spec"] == stored["spec"]
+
+
+def test_a_pod_is_bound_once_through_the_binding_subresource():
+    api = ApiServer(Store())
+    api.create(running_pod())
+    assert api.bind("p", "t", "node-a")["spec"]["nodeName"] == "node-a"
+    with pytest.raises(Refused, match='pod p is already assigned to node "node-a"'):
+        api.bind("p", "t", "node-b")
+
+
+def test_mutating_admission_changes_new_objects_of_its_kind_before_validation():
+    from functions.simulate.apiserver import Mutator
+
+    api = ApiServer(Store())
+    gate = {"name": "kueue.x-k8s.io/admission"}
+    api.mutators.append(Mutator("gate", "Pod", lambda p: p["spec"].update(schedulingGates=[gate])))
+    assert api.create(running_pod())["spec"]["schedulingGates"] == [gate]
+    stored = api.store.get("Pod", "p", "t")
+    assert api.update(stored)["spec"]["schedulingGates"] == [gate]  # updates are not mutated

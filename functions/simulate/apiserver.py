@@ -10,9 +10,14 @@ It decides whether a write is stored and what is stored, with the API server's r
   `update_status` writes only the status (never moving the generation). A create keeps the status
   it is given, so fixtures (Nodes with their capacity) load in one write;
 - patches: JSON merge patch (RFC 7386) and JSON patch (RFC 6902), each then validated as an update;
+- mutating admission a stand-in registers (`mutators`: a built-in plugin such as
+  DefaultTolerationSeconds, or a webhook such as Kueue's) changes each new object of its kind
+  before it is validated, in the order registered;
 - validating admission webhooks a stand-in registers (`webhooks`) judge each create or update of
   their kind they are registered for, after the schema, as kube-apiserver calls them; status
-  writes do not reach them.
+  writes do not reach them;
+- a Pod's spec changes on update only where kube-apiserver allows it (podupdate.py), and it is
+  bound to a node through the binding subresource (`bind`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from functions.simulate.podupdate import pod_update_errors
 from functions.simulate.schemas import KindSchema, Schemas
 from functions.simulate.store import Key, Store
 from functions.simulate.validation import FieldError, check, json_equal
@@ -62,6 +68,15 @@ class Webhook:
     reason: str = INVALID
 
 
+@dataclass(frozen=True)
+class Mutator:
+    """Mutating admission of new objects of one kind: `mutate(obj)` changes it in place."""
+
+    name: str
+    kind: str
+    mutate: Callable[[dict[str, Any]], None]
+
+
 class ApiServer:
     """Writes to `store`, validated against `schemas` (by default the v2 XRDs and the upstream
     schemas from `$GPUSTACK_SCHEMAS` or its fallbacks). `notices` says once what cannot be
@@ -73,6 +88,7 @@ class ApiServer:
         self.notices: list[str] = list(self.schemas.notices)
         self.warnings: list[str] = []
         self.webhooks: list[Webhook] = []
+        self.mutators: list[Mutator] = []
 
     def create(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
         """Store a new object at generation 1 (with the status it is given). `strict`: an
@@ -81,8 +97,24 @@ class ApiServer:
         obj = _copy_of(obj)
         if self._stored(obj) is not None:
             raise self._refusal(obj, ALREADY_EXISTS, "already exists")
+        for mutator in self.mutators:
+            if mutator.kind == obj["kind"]:
+                mutator.mutate(obj)
         obj["metadata"]["generation"] = 1
         return self._write(obj, None, strict=strict)
+
+    def bind(self, name: str, namespace: str, node: str) -> dict[str, Any]:
+        """The Pod binding subresource (what kube-scheduler posts): sets `spec.nodeName` of a
+        Pod not yet assigned."""
+        pod = self.store.get("Pod", name, namespace)
+        if pod is None:
+            raise Refused(f'pods "{name}" not found', NOT_FOUND)
+        assigned = (pod.get("spec") or {}).get("nodeName")
+        if assigned:
+            raise Refused(f'pod {name} is already assigned to node "{assigned}"', "Conflict")
+        bound = copy.deepcopy(pod)
+        bound["spec"]["nodeName"] = node
+        return self.store.put(bound)
 
     def update(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
         """Replace the object's spec and metadata; its status stays the stored one."""
@@ -173,8 +205,11 @@ class ApiServer:
         schema = self._schema(obj)
         if schema is not None:
             checked = check(schema, obj, old, status_only=status_only, strict=strict)
-            if checked.errors:
-                raise _invalid(schema, obj, checked.errors)
+            errors = list(checked.errors)
+            if old is not None and not status_only and obj["kind"] == "Pod":
+                errors += pod_update_errors(checked.obj, old)
+            if errors:
+                raise _invalid(schema, obj, errors)
             self.warnings += checked.warnings
             obj = checked.obj
         if not status_only:

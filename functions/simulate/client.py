@@ -2,7 +2,7 @@
 
 Reads hand out copies, so a controller's edits reach the cluster only through a write the API
 server checks: `apply` (create or update the object; its status stays), `update_status` (the
-status subresource), `merge_patch`, `delete`.
+status subresource), `merge_patch`, `delete`, `bind` (a Pod's binding).
 """
 
 from __future__ import annotations
@@ -40,3 +40,7 @@ class Client:
 
     def delete(self, kind: str, name: str, namespace: str = "") -> None:
         self.api.delete(kind, name, namespace)
+
+    def bind(self, name: str, namespace: str, node: str) -> dict[str, Any]:
+        """A Pod bound to `node` (the binding subresource)."""
+        return copy.deepcopy(self.api.bind(name, namespace, node))

@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from functions.simulate import kube
-from functions.simulate.apiserver import FORBIDDEN, Webhook
+from functions.simulate.apiserver import FORBIDDEN, Mutator, Webhook
 from functions.simulate.client import Client
 from functions.simulate.nodelifecycle import DEFAULT_GRACE_SECONDS, EPOCH
 
@@ -72,6 +72,7 @@ class Kueue:
                 reason=FORBIDDEN,  # controller-runtime's Denied: its errors are no APIStatus
             )
         )
+        api.api.mutators.append(Mutator("mpod.kb.io", "Pod", self.gate))
 
     @property
     def configuration(self) -> dict[str, Any]:
@@ -99,9 +100,9 @@ class Kueue:
 
     def run(self) -> None:
         self.activate_queues()
-        for pod in self.api.list("Pod") if self.manages_pods else ():
-            if QUEUE_NAME in kube.labels_of(pod):
-                self.gate(pod)
+        for pod in self.api.list("Pod"):
+            if GATE in _gates(pod) and "phase" not in (pod.get("status") or {}):
+                self.report_gated(pod)
         self.drain_stopped_queues()
         self.finish_workloads()  # after the drain: a Pod it stopped is being deleted already
         for pod in self.api.list("Pod"):
@@ -112,14 +113,16 @@ class Kueue:
     # --- the pod integration -----------------------------------------------------------------
 
     def gate(self, pod: dict[str, Any]) -> None:
-        """What Kueue's Pod webhook does at creation: gate it, mark it managed, give it a
-        Workload. (It runs before the scheduler sees the Pod, as the webhook would.)"""
+        """Kueue's Pod webhook, at creation: a Pod for a queue (while the pod integration is
+        on) is marked managed and gated until its Workload is admitted."""
         labels = pod["metadata"].setdefault("labels", {})
-        if labels.get(MANAGED) == "true":
+        if not self.manages_pods or QUEUE_NAME not in labels or labels.get(MANAGED) == "true":
             return
         labels[MANAGED] = "true"
-        pod["spec"].setdefault("schedulingGates", []).append({"name": GATE})
-        pod = self.api.apply(pod)
+        pod.setdefault("spec", {}).setdefault("schedulingGates", []).append({"name": GATE})
+
+    def report_gated(self, pod: dict[str, Any]) -> None:
+        """A new gated Pod reads Pending, PodScheduled=False (SchedulingGated)."""
         pod.setdefault("status", {})["phase"] = "Pending"
         kube.set_conditions(pod, kube.condition("PodScheduled", "False", "SchedulingGated"))
         self.api.update_status(pod)

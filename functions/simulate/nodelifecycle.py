@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from functions.simulate import kube
+from functions.simulate.apiserver import Mutator
 from functions.simulate.client import Client
 
 NOT_READY = "node.kubernetes.io/not-ready"
@@ -55,13 +56,13 @@ class NodeLifecycle:
         self.api = api
         self.clock = 0.0  # seconds since the scenario started
         self.tainted_since: dict[str, float] = {}  # Pod → when it was first on a tainted node
+        api.api.mutators.append(Mutator("DefaultTolerationSeconds", "Pod", admit))
 
     def sleep(self, seconds: float) -> None:
         """Time passes (a scenario's `sleep`): evictions that fall due happen next run."""
         self.clock += seconds
 
     def run(self) -> None:
-        self.admit_new_pods()
         nodes = {node["metadata"]["name"]: node for node in self.api.list("Node")}
         for node in nodes.values():
             self.taint(node)
@@ -72,17 +73,6 @@ class NodeLifecycle:
                 self.mark_not_ready(pod)
             self.evict_if_due(pod, node)
         self.collect(self.api.list("Pod"), nodes)
-
-    # --- DefaultTolerationSeconds -------------------------------------------------------------
-
-    def admit_new_pods(self) -> None:
-        """Runs right after Crossplane, so it meets each Pod as created, before Kueue admits
-        it and appends its flavor's tolerations; a Pod it has met already has both."""
-        for pod in self.api.list("Pod"):
-            added = default_tolerations(pod["spec"].get("tolerations") or [])
-            if added:
-                pod["spec"]["tolerations"] = [*(pod["spec"].get("tolerations") or []), *added]
-                self.api.apply(pod)
 
     # --- NodeLifecycle ------------------------------------------------------------------------
 
@@ -153,6 +143,14 @@ class NodeLifecycle:
     def now(self, later: float) -> str:
         moment = EPOCH + datetime.timedelta(seconds=self.clock + later)
         return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def admit(pod: dict[str, Any]) -> None:
+    """DefaultTolerationSeconds, as the API server admits a new Pod."""
+    spec = pod.setdefault("spec", {})
+    added = default_tolerations(spec.get("tolerations") or [])
+    if added:
+        spec["tolerations"] = [*(spec.get("tolerations") or []), *added]
 
 
 def default_tolerations(tolerations: list[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -59,9 +59,12 @@ class Scheduler:
                 why = Unfit((chosen,), resolvable=True)
             if why is None:
                 if extender is not None and chosen is not None:
-                    extender.bind(pod, chosen)
-                pod["spec"]["nodeName"] = node["metadata"]["name"]
-                pod = self.api.apply(pod)
+                    extender.bind(pod, chosen)  # its annotations, before the binding
+                    pod = self.api.apply(pod)
+                metadata = pod["metadata"]
+                pod = self.api.bind(
+                    metadata["name"], metadata["namespace"], node["metadata"]["name"]
+                )
                 kube.set_conditions(pod, kube.condition("PodScheduled", "True"))
                 self.api.update_status(pod)
                 return
