@@ -1,9 +1,14 @@
-"""The classic composition loop, as `crossplane render` and Crossplane's FetchingFunctionRunner
-run it: the render command and the simulated cluster drive the real function through this.
+"""Crossplane's composition loop, as its FetchingFunctionRunner runs each pipeline step for the
+XR controller and for `crossplane render` alike (internal/xfn/required_resources.go in v2.3,
+internal/controller/apiextensions/composite/extra_resources.go in 1.x): the render command and
+the simulated cluster's Crossplane drive the real function through this. It models Crossplane,
+and reads nothing of the handlers.
 
-Call the function; if it returned no Fatal result and asked for something new, fulfil the
-requirements from a pool of objects (matching apiVersion and kind, then name or labels) and
-call again; stop when the requirements are stable, at most 6 calls.
+Call the function. Stop at a Fatal result, or when its requirements equal those of the call
+before (none at all, on the first call, equal none: one call). Otherwise resolve them afresh
+from a pool of objects (matching apiVersion and kind, then name or labels; sorted by
+`namespace/name`), dropping what the call before was given, pass its context on, and call
+again: at most 6 calls. A pipeline's first step gets an empty context.
 
 Two callers are played: `CROSSPLANE_2` (2.2 and newer: it advertises its capabilities and
 answers `requirements.resources` in `required_resources`, honouring namespaces) and
@@ -13,6 +18,7 @@ answers `requirements.resources` in `required_resources`, honouring namespaces) 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,7 +89,7 @@ def fulfil(
 ) -> fnv1.Resources:
     found = sorted(
         (obj for obj in objects if matches(selector, obj, honour_namespace)),
-        key=lambda o: ((o.get("metadata") or {}).get("namespace", ""), o["metadata"]["name"]),
+        key=lambda o: f"{(o.get('metadata') or {}).get('namespace', '')}/{o['metadata']['name']}",
     )
     if selector.WhichOneof("match") == "match_name":
         found = found[:1]
@@ -108,6 +114,7 @@ def request(
     if desired is not None:
         req.desired.CopyFrom(desired)
     req.input.update(dict(step_input))
+    req.context.SetInParent()  # Crossplane starts every pipeline with an empty context
     if context is not None:
         req.context.CopyFrom(context)
     return req
@@ -121,17 +128,18 @@ def run_step(
 ) -> fnv1.RunFunctionResponse:
     """One pipeline step with its requirements loop; returns the final response."""
     objects = list(objects)
-    previous = None
+    bootstrap = {n: copy.deepcopy(r) for n, r in req.required_resources.items()}  # kept
+    previous: fnv1.Requirements | None = None  # what the call before asked for (Go's nil)
     for _ in range(MAX_ITERATIONS + 1):
         rsp = run(req)
         if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
             return rsp
-        if previous is not None and rsp.requirements == previous:
+        asked = rsp.requirements if rsp.HasField("requirements") else None
+        if asked == previous:  # proto.Equal: nil equals only nil
             return rsp
-        previous = rsp.requirements
-        _answer(req, rsp.requirements, objects, caller)
-        if rsp.HasField("context"):
-            req.context.CopyFrom(rsp.context)
+        previous = asked
+        _answer(req, rsp.requirements, objects, caller, bootstrap)
+        req.context.CopyFrom(rsp.context)
     raise RequirementsUnstable(
         f"requirements didn't stabilize after the maximum number of iterations ({MAX_ITERATIONS})"
     )
@@ -142,8 +150,13 @@ def _answer(
     requirements: fnv1.Requirements,
     objects: list[Mapping[str, Any]],
     caller: Caller,
+    bootstrap: Mapping[str, fnv1.Resources],
 ) -> None:
     honour = caller.honours_namespaces
+    req.ClearField("extra_resources")  # what the call before was given goes
+    req.ClearField("required_resources")
+    for name, resources in bootstrap.items():
+        req.required_resources[name].CopyFrom(resources)
     for name, selector in requirements.extra_resources.items():
         req.extra_resources[name].CopyFrom(fulfil(selector, objects, honour))
     if caller.reads_extra_resources:

@@ -271,3 +271,66 @@ def test_a_composed_field_the_schema_lacks_fails_the_apply_not_pruned():
         f'Warning ComposeResources: cannot apply composed resource "{types[0]}"'
     )
     assert "spec.unitResourcez: Forbidden: field not declared in schema" in first
+
+
+# --- the requirements loop, as Crossplane's FetchingFunctionRunner runs each step ---------------
+
+
+def config_map(name: str, namespace: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+
+
+def scripted(*asks: dict[str, fnv1.ResourceSelector] | None):
+    """A function whose n-th call asks for `asks[n]` (None: sets no requirements at all), and
+    the requests it was sent."""
+    sent: list[fnv1.RunFunctionRequest] = []
+
+    def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        sent.append(copy.deepcopy(req))
+        rsp = fnv1.RunFunctionResponse(context=req.context)
+        wanted = asks[min(len(sent), len(asks)) - 1]
+        if wanted is not None:
+            rsp.requirements.SetInParent()
+            for name, selector in wanted.items():
+                rsp.requirements.resources[name].CopyFrom(selector)
+        return rsp
+
+    return run, sent
+
+
+BY_LABEL = fnv1.ResourceSelector(api_version="v1", kind="ConfigMap", match_labels={"labels": {}})
+BY_NAME = fnv1.ResourceSelector(api_version="v1", kind="ConfigMap", match_name="b", namespace="a")
+
+
+def step(run, objects=()) -> None:
+    pipeline.run_step(
+        run, pipeline.request({"kind": "X", "metadata": {"name": "x"}}, {}, {}), objects
+    )
+
+
+def test_a_function_that_asks_for_nothing_is_called_once_with_an_empty_context():
+    run, sent = scripted(None)
+    step(run)
+    assert len(sent) == 1
+    assert sent[0].HasField("context") and not sent[0].context.fields
+
+
+def test_each_call_is_given_what_the_call_before_asked_for_and_no_more():
+    run, sent = scripted({"all": BY_LABEL, "one": BY_NAME}, {"one": BY_NAME}, {"one": BY_NAME})
+    step(run, [config_map("b", "a"), config_map("x", "a-b")])
+    assert [sorted(req.required_resources) for req in sent] == [[], ["all", "one"], ["one"]]
+    listed = sent[1].required_resources["all"].items
+    # Sorted as Crossplane sorts them: by "namespace/name" ("a-b/x" before "a/b").
+    assert [item.resource["metadata"]["namespace"] for item in listed] == ["a-b", "a"]
+
+
+def test_requirements_that_never_settle_fail_after_six_calls():
+    asks = [{f"r{n}": BY_NAME} for n in range(10)]
+    run, sent = scripted(*asks)
+    with pytest.raises(pipeline.RequirementsUnstable, match=r"maximum number of iterations \(5\)"):
+        step(run)
+    assert len(sent) == 6

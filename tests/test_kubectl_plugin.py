@@ -328,3 +328,26 @@ def write_fixture(path: Path = AFTER_SECTION_3) -> None:
 if __name__ == "__main__":
     write_fixture()
     print(f"wrote {AFTER_SECTION_3.relative_to(ROOT)}")
+
+
+@pytest.mark.parametrize(
+    ("rows", "printed"),
+    [
+        ([["ID", "NAME"], ["0", "node-a"]], "ID    NAME\n0     node-a"),
+        ([["NAME", "CPU"], ["node-a", "-"]], "NAME     CPU\nnode-a   -"),
+        ([["NAME", "NOTE"], ["a", ""]], "NAME   NOTE\na"),
+    ],
+    ids=[
+        "a column under six wide is six wide",
+        "three blanks past the widest",
+        "no trailing blanks",
+    ],
+)
+def test_tables_are_laid_out_as_kubectls_tab_writer_lays_them_out(rows, printed):
+    """The plugin's tables (the product's) and the simulated kubectl's (from cli-runtime's tab
+    writer: minimum width 6, padding 3) agree, each written on its own."""
+    from functions.core.catalog import kubectl_table
+    from functions.simulate.kubectl import tabwritten
+
+    assert tabwritten(rows) == printed
+    assert kubectl_table(rows[0], rows[1:]) == printed

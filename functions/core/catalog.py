@@ -90,10 +90,15 @@ def unit_display(spec: dict) -> str:
     return f"{unit.get('cpu', '')}/{unit.get('ram', '')}/{spec.get('localStorage', '')}"
 
 
+KUBECTL_MIN_WIDTH = 6  # kubectl's tab writer: a column is at least this wide, padding included
+
+
 def kubectl_table(headers: list[str], rows: Iterable[list[str]]) -> str:
-    """Columns as `kubectl get` prints them: left-aligned, three spaces apart."""
+    """Columns as `kubectl get` prints them: left-aligned, three spaces apart, each at least
+    six wide."""
     rows = [headers, *rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
+    widths = [max(width, KUBECTL_MIN_WIDTH - 3) for width in widths]
     lines = [
         "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         for row in rows

@@ -1,4 +1,7 @@
-"""What `kubectl get <kind>` prints: NAME plus the XRD's printer columns, three spaces apart."""
+"""What `kubectl get <kind>` prints: NAME plus the XRD's printer columns, through kubectl's
+tab writer (k8s.io/cli-runtime/pkg/printers/tabwriter.go: Go's text/tabwriter with minimum
+cell width 6 and padding 3, blanks as padding; the last cell of a line is not padded). Lines
+are printed without trailing blanks, as the walkthrough's tables are."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from functions.core.catalog import kubectl_table
+TABWRITER_MIN_WIDTH, TABWRITER_PADDING = 6, 3
 
 _PATH_PART = re.compile(r"\.([A-Za-z0-9_]+)|\['((?:[^'\\]|\\.)*)'\]")
 
@@ -17,7 +20,21 @@ def table(objects: Iterable[Mapping[str, Any]], xrd: Mapping[str, Any] | None) -
         [obj["metadata"]["name"], *(cell(obj, c["jsonPath"]) for c in columns)]
         for obj in sorted(objects, key=lambda o: o["metadata"]["name"])
     ]
-    return kubectl_table(["NAME", *(c["name"] for c in columns)], rows)
+    return tabwritten([["NAME", *(c["name"] for c in columns)], *rows])
+
+
+def tabwritten(rows: list[list[str]]) -> str:
+    """Rows of cells as kubectl's tab writer lays them out: each column as wide as its widest
+    cell plus the padding, at least the minimum width."""
+    widths = [
+        max(TABWRITER_MIN_WIDTH, max(len(row[i]) for row in rows) + TABWRITER_PADDING)
+        for i in range(len(rows[0]) - 1)
+    ]
+    lines = (
+        "".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + row[-1]
+        for row in rows
+    )
+    return "\n".join(line.rstrip() for line in lines)  # as the walkthrough prints them
 
 
 def cell(obj: Mapping[str, Any], json_path: str) -> str:
