@@ -343,3 +343,74 @@ def test_an_unschedulable_pods_message_is_kube_schedulers_fit_error():
         " taint {node.kubernetes.io/unreachable: }. preemption: 0/3 nodes are available: 1 No "
         "preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."
     )
+
+
+# --- zone disruption: when the node lifecycle controller stops tainting -------------------------
+
+
+def node(name: str, ready: str, zone: str = "") -> dict:
+    labels = {"topology.kubernetes.io/zone": zone} if zone else {}
+    conditions = [{"type": "Ready", "status": ready}]
+    return {"metadata": {"name": name, "labels": labels}, "status": {"conditions": conditions}}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "tainting"),
+    [
+        ([node("a", "True"), node("b", "False")], {"": "tainting"}),
+        ([node("a", "Unknown"), node("b", "False")], {"": "untainting"}),
+        ([node(n, "False") for n in "abc"] + [node("d", "True")], {"": "halted"}),
+        ([node(n, "False") for n in "ab"] + [node("c", "True")], {"": "tainting"}),
+        (
+            [node(n, "False") for n in "abc"] + [node(f"r{i}", "True") for i in range(3)],
+            {"": "tainting"},
+        ),
+        (
+            [node(n, "False") for n in "abc"] + [node(f"r{i}", "True") for i in range(48)],
+            {"": "tainting"},
+        ),
+        (
+            [node(f"d{i}", "False") for i in range(40)]
+            + [node(f"r{i}", "True") for i in range(20)],
+            {"": "tainting"},
+        ),
+        (
+            [node("a", "False", "z1"), node("b", "True", "z2")],
+            {":\x00:z1": "tainting", ":\x00:z2": "tainting"},
+        ),
+    ],
+    ids=[
+        "half down: normal",
+        "every node down: the controller blames itself and untaints",
+        "three of four down in a small zone: tainting halts",
+        "two down: never partial",
+        "half down, three: under 55 %",
+        "three of 51: normal",
+        "40 of 60 down in a large zone: slowed, not halted (rates not played)",
+        "one zone fully down beside a healthy one: tainted at the normal rate",
+    ],
+)
+def test_the_zones_disruption_decides_the_noexecute_tainting(nodes, tainting):
+    from functions.simulate.nodelifecycle import no_execute_tainting
+
+    assert no_execute_tainting(nodes) == tainting
+
+
+def test_when_every_node_is_lost_no_pod_is_evicted_and_the_instance_waits(world_after_start):
+    """Kubernetes reads a cluster whose every node stopped at once as its own outage: it takes the
+    NoExecute taints off and evicts nothing, so the Instance stays on its node, not Ready."""
+    world = world_after_start
+    set_ready(world, "node-t4-a", "False")
+    world.reconcile()
+    assert ("node.kubernetes.io/not-ready", "NoExecute") in {
+        (t["key"], t["effect"]) for t in world.get("Node", "node-t4-a")["spec"]["taints"]
+    }
+    set_ready(world, "node-t4-b", "Unknown")
+    lifecycle(world).sleep(600)
+    world.reconcile()
+    for name in ("node-t4-a", "node-t4-b"):
+        effects = {t["effect"] for t in world.get("Node", name)["spec"].get("taints", [])}
+        assert effects == {"NoSchedule"}
+    assert node_of(world) == "node-t4-a"
+    assert "deletionTimestamp" not in world.get("Pod", "trainer", "default")["metadata"]
+    assert world.get("Instance", "trainer", "default")["status"]["phase"] == "NotReady"

@@ -12,6 +12,16 @@ What each does, as Kubernetes documents it (docs/reliability.md, "Node loss"):
   A cordoned node (`spec.unschedulable`) gets `node.kubernetes.io/unschedulable` as a
   NoSchedule taint until it is uncordoned (TaintNodesByCondition).
   The Pods on a node that is not Ready are marked not Ready (MarkPodsNotReady).
+- Zone disruption (`handleDisruption`, `ComputeZoneState`): nodes are grouped by zone
+  (`topology.kubernetes.io/region` and `zone`; one zone where unlabelled). A zone with no Ready
+  node is fully disrupted; one with more than two nodes not Ready, and at least 55 % of its
+  nodes (`--unhealthy-zone-threshold`), partially. When every zone is fully disrupted the
+  controller assumes it, not the nodes, lost contact: it takes the not-ready and unreachable
+  NoExecute taints off every node and adds none ("master disruption mode"). A partially
+  disrupted zone of at most 50 nodes (`--large-cluster-size-threshold`) gets no new NoExecute
+  taint: its tainting rate is 0 (`ReducedQPSFunc`); those it has stay. Rates otherwise (0.1
+  nodes a second, 0.01 in a large disrupted zone) are not played: a node is tainted at once.
+  The NoSchedule taints follow the conditions in every state.
 - Taint eviction: on a node with NoExecute taints, a Pod is evicted at once if one taint has no
   matching toleration; otherwise after the least `tolerationSeconds` among the tolerations that
   match (the first matching toleration per taint, in the Pod's order); never if none has
@@ -49,6 +59,13 @@ DEFAULT_TOLERATION_SECONDS = (
 )
 DEFAULT_GRACE_SECONDS = 30  # a Pod's terminationGracePeriodSeconds when it sets none
 EPOCH = datetime.datetime.fromisoformat(kube.TRANSITION_TIME.replace("Z", "+00:00"))
+TAINTING, HALTED, UNTAINTING = "tainting", "halted", "untainting"  # a zone's NoExecute tainting
+UNHEALTHY_ZONE_THRESHOLD = 0.55  # --unhealthy-zone-threshold
+LARGE_CLUSTER_SIZE_THRESHOLD = 50  # --large-cluster-size-threshold
+ZONE_LABELS = (
+    ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region"),
+    ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone"),
+)
 
 
 class NodeLifecycle:
@@ -64,8 +81,9 @@ class NodeLifecycle:
 
     def run(self) -> None:
         nodes = {node["metadata"]["name"]: node for node in self.api.list("Node")}
+        tainting = no_execute_tainting(list(nodes.values()))
         for node in nodes.values():
-            self.taint(node)
+            self.taint(node, tainting[zone_of(node)])
         pods = self.api.list("Pod")
         for pod in pods:
             node = nodes.get(pod["spec"].get("nodeName", ""))
@@ -76,19 +94,28 @@ class NodeLifecycle:
 
     # --- NodeLifecycle ------------------------------------------------------------------------
 
-    def taint(self, node: dict[str, Any]) -> None:
+    def taint(self, node: dict[str, Any], tainting: str = TAINTING) -> None:
         """The not-ready or unreachable taints the node's Ready condition calls for, and the
-        cordon's taint where it is cordoned."""
+        cordon's taint where it is cordoned; the NoExecute ones as its zone's state allows."""
         wanted = {"False": NOT_READY, "Unknown": UNREACHABLE}.get(_ready(node) or "")
         cordoned = bool((node.get("spec") or {}).get("unschedulable"))
         taints = list((node.get("spec") or {}).get("taints") or [])
-        kept = [
-            t
-            for t in taints
-            if (t.get("key") not in LIFECYCLE_KEYS or t.get("key") == wanted)
-            and (t.get("key") != UNSCHEDULABLE or cordoned)
-        ]
-        for effect in ("NoSchedule", "NoExecute") if wanted else ():
+
+        def stays(taint: Mapping[str, Any]) -> bool:
+            key = taint.get("key")
+            if (
+                key in LIFECYCLE_KEYS
+                and taint.get("effect") == "NoExecute"
+                and tainting != TAINTING
+            ):
+                return tainting == HALTED  # left as it is, or taken off (master disruption)
+            return (key not in LIFECYCLE_KEYS or key == wanted) and (
+                key != UNSCHEDULABLE or cordoned
+            )
+
+        kept = [t for t in taints if stays(t)]
+        effects = ("NoSchedule", "NoExecute") if tainting == TAINTING else ("NoSchedule",)
+        for effect in effects if wanted else ():
             if not any(t.get("key") == wanted and t.get("effect") == effect for t in kept):
                 taint = {"key": wanted, "effect": effect}
                 if effect == "NoExecute":
@@ -143,6 +170,39 @@ class NodeLifecycle:
     def now(self, later: float) -> str:
         moment = EPOCH + datetime.timedelta(seconds=self.clock + later)
         return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def zone_of(node: Mapping[str, Any]) -> str:
+    """`GetZoneKey`: region and zone, "" where the node has neither."""
+    labels = kube.labels_of(node)
+    region, zone = (labels.get(new) or labels.get(old, "") for new, old in ZONE_LABELS)
+    return f"{region}:\x00:{zone}" if region or zone else ""
+
+
+def no_execute_tainting(nodes: list[Mapping[str, Any]]) -> dict[str, str]:
+    """Each zone's NoExecute tainting, by the zones' disruption states."""
+    zones: dict[str, list[bool]] = {}
+    for node in nodes:
+        zones.setdefault(zone_of(node), []).append(_ready(node) == "True")
+    states = {zone: zone_state(ready) for zone, ready in zones.items()}
+    if states and all(state == "FullDisruption" for state in states.values()):
+        return dict.fromkeys(states, UNTAINTING)
+    return {
+        zone: HALTED
+        if state == "PartialDisruption" and len(zones[zone]) <= LARGE_CLUSTER_SIZE_THRESHOLD
+        else TAINTING
+        for zone, state in states.items()
+    }
+
+
+def zone_state(ready: list[bool]) -> str:
+    """`ComputeZoneState`, from its nodes' Ready (a node without the condition is not Ready)."""
+    not_ready = ready.count(False)
+    if not_ready and not any(ready):
+        return "FullDisruption"
+    if not_ready > 2 and not_ready / len(ready) >= UNHEALTHY_ZONE_THRESHOLD:
+        return "PartialDisruption"
+    return "Normal"
 
 
 def admit(pod: dict[str, Any]) -> None:
