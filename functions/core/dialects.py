@@ -63,6 +63,7 @@ class Gpustack:
     sidecar_visibility: bool = True  # the plugin resolves the SSH sidecar's visibility token
     fixed_partitions: bool = False  # the plugin makes a MIG instance when a Pod takes one
     privileged_cards: bool = True  # a privileged container may ask for its devices
+    node_labels: tuple[str, ...] = ()  # the Node labels `left_out` reads
 
     def modes(self, manufacturer: str) -> frozenset[Mode]:
         return frozenset(TAKEN)
@@ -81,8 +82,6 @@ class Gpustack:
 
     def refusal(self, claim: Claim) -> str:
         return ""
-
-    node_labels: tuple[str, ...] = ()  # the Node labels `left_out` reads
 
     def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
         """Why this plugin cannot serve the node `spec` reports, its Node labelled so, as
@@ -135,6 +134,7 @@ class Nvidia:
     sidecar_visibility: bool = False
     fixed_partitions: bool = True  # it serves the MIG devices the MIG manager made, no others
     privileged_cards: bool = True
+    node_labels: tuple[str, ...] = (GFD_PRODUCT, MIG_STRATEGY)
 
     def modes(self, manufacturer: str) -> frozenset[Mode]:
         if manufacturer != NVIDIA:
@@ -170,8 +170,6 @@ class Nvidia:
 
     def refusal(self, claim: Claim) -> str:
         return ""
-
-    node_labels: tuple[str, ...] = (GFD_PRODUCT, MIG_STRATEGY)
 
     def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
         """A node with cards in MIG mode needs the plugin's `mixed` MIG strategy. Under
@@ -220,6 +218,7 @@ class Hami:
     # HAMi's webhook denies a Pod with a privileged container that asks for a vGPU (v2.10;
     # earlier releases left such a Pod to kube-scheduler, which cannot place it).
     privileged_cards: bool = False
+    node_labels: tuple[str, ...] = ()
 
     def modes(self, manufacturer: str) -> frozenset[Mode]:
         if manufacturer != NVIDIA:
@@ -265,8 +264,6 @@ class Hami:
                 "set acceleratorSlicedCoresPercentage below 100, or ask for a whole card"
             )
         return ""
-
-    node_labels: tuple[str, ...] = ()
 
     def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
         return ""

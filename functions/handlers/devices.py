@@ -14,10 +14,10 @@ told by the Node's GPU feature discovery labels) is not managed, so no pool or f
 `status.leftOut` and a `NodeLeftOut` Warning say why.
 
 A reconcile whose inputs — the node's name and spec, the Catalog settings read here, the VM
-node state, the Node labels the dialect judges it by, this release — hash to the digest the last status recorded (`status.inputs`)
-recomputes nothing: it returns the observed status and composed objects as they are. So does
-the first call of a reconcile, made before the Catalog and the Node are read: Crossplane calls
-again once they are. The agent writes the spec only when a reading changed, and Crossplane
+node state, the Node labels the dialect judges it by, this release — hash to the digest the
+last status recorded (`status.inputs`) recomputes nothing: it returns the observed status and
+composed objects as they are. So does the first call of a reconcile, made before the Catalog
+and the Node are read: Crossplane calls again once they are. The agent writes the spec only when a reading changed, and Crossplane
 reconciles the Devices on each such write (and, where it watches required objects, on each
 change of the Node), so the TTL bounds how late a Catalog setting or, on Crossplane v2.3, a
 change of the Node reaches the node's objects.
