@@ -414,3 +414,28 @@ def test_when_every_node_is_lost_no_pod_is_evicted_and_the_instance_waits(world_
     assert node_of(world) == "node-t4-a"
     assert "deletionTimestamp" not in world.get("Pod", "trainer", "default")["metadata"]
     assert world.get("Instance", "trainer", "default")["status"]["phase"] == "NotReady"
+
+
+def test_in_a_halted_zone_a_lost_node_keeps_its_taint_until_it_is_ready_again():
+    from functions.simulate.apiserver import ApiServer
+    from functions.simulate.nodelifecycle import HALTED
+    from functions.simulate.store import Store
+
+    api = Client(ApiServer(Store()))
+    lifecycle = NodeLifecycle(api)
+    tainted = {
+        "key": "node.kubernetes.io/not-ready",
+        "effect": "NoExecute",
+        "timeAdded": "2026-01-01T00:00:00Z",
+    }
+
+    def taints_after(name: str, ready: str) -> list:
+        api.apply(
+            {"apiVersion": "v1", "kind": "Node", **node(name, ready), "spec": {"taints": [tainted]}}
+        )
+        lifecycle.taint(api.get("Node", name), HALTED)
+        return api.get("Node", name)["spec"].get("taints", [])
+
+    not_ready_no_schedule = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    assert taints_after("lost", "False") == [tainted, not_ready_no_schedule]
+    assert taints_after("back", "True") == []

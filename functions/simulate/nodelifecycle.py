@@ -108,7 +108,9 @@ class NodeLifecycle:
                 and taint.get("effect") == "NoExecute"
                 and tainting != TAINTING
             ):
-                return tainting == HALTED  # left as it is, or taken off (master disruption)
+                # Halted: left as it is while the node is not Ready (a Ready node is untainted
+                # at once, `markNodeAsReachable`); in master disruption mode taken off.
+                return tainting == HALTED and wanted is not None
             return (key not in LIFECYCLE_KEYS or key == wanted) and (
                 key != UNSCHEDULABLE or cordoned
             )
