@@ -27,7 +27,8 @@ from typing import Any
 
 from functions.simulate.client import Client
 from functions.simulate.deviceplugin import cards_of
-from functions.simulate.nvidia import NONE, SINGLE, single_invalid
+from functions.simulate.gpuoperator import cluster_policy
+from functions.simulate.nvidia import NONE, SINGLE, mig_strategy, single_invalid
 
 DEPLOYED = "nvidia.com/gpu.deploy.gpu-feature-discovery"
 PRODUCT, COUNT = "nvidia.com/gpu.product", "nvidia.com/gpu.count"
@@ -41,10 +42,10 @@ class GpuFeatureDiscovery:
         self.api = api
 
     def run(self) -> None:
-        policies = self.api.list("ClusterPolicy")
-        if not policies:
+        policy = cluster_policy(self.api)
+        if policy is None:
             return  # the operator is not installed
-        strategy = ((policies[0].get("spec") or {}).get("mig") or {}).get("strategy") or NONE
+        strategy = mig_strategy(policy)
         for node in self.api.list("Node"):
             labels = dict(node["metadata"].get("labels") or {})
             if labels.get(DEPLOYED) != "true":

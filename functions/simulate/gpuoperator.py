@@ -69,16 +69,23 @@ class GpuOperator:
         self.api = api
 
     def run(self) -> None:
-        policies = self.api.list("ClusterPolicy")
-        if not policies:
+        policy = cluster_policy(self.api)
+        if policy is None:
             return  # the operator is not installed
-        sandbox = (policies[0].get("spec") or {}).get("sandboxWorkloads") or {}
+        sandbox = policy.get("sandboxWorkloads") or {}
         for node in self.api.list("Node"):
             labels = dict(node["metadata"].get("labels") or {})
             wanted = node_labels(labels, sandbox)
             if wanted != labels:
                 node["metadata"]["labels"] = wanted
                 self.api.apply(node)
+
+
+def cluster_policy(api: Client) -> dict[str, Any] | None:
+    """The ClusterPolicy's spec (the operator reads the one there is); None where there is none:
+    the operator is not installed."""
+    policies = api.list("ClusterPolicy")
+    return (policies[0].get("spec") or {}) if policies else None
 
 
 def node_labels(labels: dict[str, str], sandbox: dict[str, Any]) -> dict[str, str]:

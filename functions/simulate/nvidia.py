@@ -41,6 +41,7 @@ import yaml
 
 from functions.simulate.client import Client
 from functions.simulate.deviceplugin import Allocate, Card, Grant
+from functions.simulate.gpuoperator import cluster_policy
 
 GPU = "nvidia.com/gpu"
 SHARED_SUFFIX = ".shared"
@@ -82,7 +83,7 @@ class NvidiaPlugin:
         return dict(found)
 
     def mig_strategy(self) -> str:
-        return (self.cluster_policy().get("mig") or {}).get("strategy") or NONE
+        return mig_strategy(self.cluster_policy())
 
     def time_slicing(self, node: Mapping[str, Any]) -> TimeSlicing:
         """The resource name whole-card devices go by on this node, devices per card, and
@@ -105,8 +106,7 @@ class NvidiaPlugin:
         return TimeSlicing(GPU, 1, False)
 
     def cluster_policy(self) -> Mapping[str, Any]:
-        policies = self.api.list("ClusterPolicy")
-        return (policies[0].get("spec") or {}) if policies else {}
+        return cluster_policy(self.api) or {}
 
     def allocate(self, call: Allocate) -> list[Grant] | str:
         grants: list[Grant] = []
@@ -131,6 +131,11 @@ class NvidiaPlugin:
             grants += found
             taken |= {device for grant in found for device in grant.device_ids}
         return grants
+
+
+def mig_strategy(policy: Mapping[str, Any]) -> str:
+    """The MIG strategy a ClusterPolicy's spec gives the plugin and GPU feature discovery."""
+    return (policy.get("mig") or {}).get("strategy") or NONE
 
 
 def single_invalid(cards: list[Card]) -> bool:
