@@ -738,6 +738,10 @@ def test_a_mig_node_without_the_mixed_strategy_is_left_out_of_every_pool(
     assert left_out_warnings(world, "node-h100") == [
         f"node node-h100 is left out of every pool: {why} (docs/device-plugins.md)"
     ]
+    assert world.table("Devices").splitlines()[:2] == [
+        "NAME        MANAGED   CPU                         ACCELERATORS",
+        "node-h100   false     intel-xeon-platinum-8480c   nvidia-h100-80gb-hbm3 6/8",
+    ]
     # The pool was derived before GPU feature discovery labelled the node (derived types stay);
     # it has no node now, and the other nodes serve as before.
     assert row(world, H100) == "0/0 0/0 0/0 0/0"
