@@ -351,3 +351,16 @@ def test_tables_are_laid_out_as_kubectls_tab_writer_lays_them_out(rows, printed)
 
     assert tabwritten(rows) == printed
     assert kubectl_table(rows[0], rows[1:]) == printed
+
+
+def test_a_node_left_out_of_every_pool_reads_unmanaged_and_says_why(tmp_path):
+    left_out = copy.deepcopy(fixture_objects()[0])
+    left_out["status"]["summary"]["managed"] = False
+    left_out["status"]["leftOut"] = "2 card(s) in MIG mode, and …"
+    (tmp_path / "devices.yaml").write_text(yaml.safe_dump(left_out))
+    result = CliRunner().invoke(main, ["nodes", "-f", str(tmp_path / "devices.yaml")])
+    assert result.exit_code == 0
+    assert cells(result.stdout)[1][:2] == ["node-a10g", "no"]
+    assert result.stderr == (
+        "warning: node node-a10g is left out of every pool: 2 card(s) in MIG mode, and …\n"
+    )

@@ -89,6 +89,11 @@ def load(files: tuple[Path, ...], context: str | None, kubeconfig: Path | None) 
     fleet = fleet_of(obj for obj in objects if obj.get("kind") == "Devices")
     for problem in fleet.problems:
         click.echo(f"warning: {problem}", err=True)
+    for node in fleet.nodes:
+        if node.left_out:
+            click.echo(
+                f"warning: node {node.name} is left out of every pool: {node.left_out}", err=True
+            )
     return fleet
 
 

@@ -102,6 +102,7 @@ class Node:
     cpu_model: str
     drivers: str  # the driver versions of the node's accelerators, `-` without any
     partitions: str  # MIG: the largest profile's instances left/possible (as the PT column), else -
+    left_out: str = ""  # why no pool takes the node (status.leftOut), if that is so
 
 
 @dataclass(frozen=True)
@@ -227,4 +228,5 @@ def node_of(spec: DevicesSpec, status: Any) -> Node | None:
         cpu_model=summary.cpu.model_name,
         drivers=",".join(sorted({f.driver_version for f in summary.facts.values()})) or "-",
         partitions=f"{remaining}/{capacity}" if capacity else "-",
+        left_out=read_str(read_object(status, "status").get("leftOut", ""), "status.leftOut"),
     )
