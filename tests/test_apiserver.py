@@ -482,7 +482,11 @@ def test_without_upstream_schemas_upstream_kinds_pass_unvalidated_and_it_is_said
 def test_a_kind_none_of_the_schemas_knows_is_stored_as_is():
     api = server()
     obj = {"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}, "x": 1}
-    assert api.create(obj) == {**obj, "metadata": {"name": "g", "generation": 1}}
+    stored = api.create(obj)
+    assert {k: v for k, v in stored.items() if k != "metadata"} == {
+        k: v for k, v in obj.items() if k != "metadata"
+    }
+    assert stored["metadata"]["generation"] == 1
 
 
 def test_every_cel_rule_of_our_xrds_and_the_upstream_crds_compiles():
@@ -692,3 +696,25 @@ def test_mutating_admission_changes_new_objects_of_its_kind_before_validation():
     assert api.create(running_pod())["spec"]["schedulingGates"] == [gate]
     stored = api.store.get("Pod", "p", "t")
     assert api.update(stored)["spec"]["schedulingGates"] == [gate]  # updates are not mutated
+
+
+def test_the_api_server_stamps_the_system_fields_and_keeps_them():
+    api = ApiServer(Store())
+    api.clock = lambda: "2026-01-01T00:05:00Z"
+    sent = running_pod()
+    sent["metadata"] |= {"uid": "mine", "creationTimestamp": "1999-01-01T00:00:00Z"}
+    created = copy.deepcopy(api.create(sent))
+    first = {k: created["metadata"][k] for k in ("uid", "creationTimestamp", "resourceVersion")}
+    assert first["uid"] != "mine" and first["creationTimestamp"] == "2026-01-01T00:05:00Z"
+    unchanged = api.update({**created, "metadata": {"name": "p", "namespace": "t"}})
+    assert {k: unchanged["metadata"][k] for k in first} == first  # nothing changed: no write
+    changed = copy.deepcopy(unchanged)
+    changed["spec"]["containers"][0]["image"] = "ubuntu:25.04"
+    updated = api.update(changed)["metadata"]
+    assert (updated["uid"], updated["creationTimestamp"]) == (
+        first["uid"],
+        first["creationTimestamp"],
+    )
+    assert int(updated["resourceVersion"]) > int(first["resourceVersion"])
+    api.delete("Pod", "p", "t")
+    assert api.create(running_pod())["metadata"]["uid"] != first["uid"]  # a new object

@@ -112,10 +112,12 @@ def test_nvidia_each_runs_and_the_agent_joins_the_plugins_device_ids(nvidia):
     assert reported(nvidia, "node-l4-a") == [("whole", L4_A, "Exclusive")]
     # Two time-slicing replicas of the one L4 (`<UUID>::0`, `<UUID>::1`): two shares of it.
     assert reported(nvidia, "node-l4-b") == [("shared", L4_B, "Shared")] * 2
+    uid = nvidia.get("Pod", "partition", "default")["metadata"]["uid"]
     assert nvidia.get("Devices", "node-h100")["spec"]["allocations"] == [
         {
             "pod": "default/partition",
             "container": "main",
+            "podUID": uid,  # the agent names the Pod it read, as the API server stamped it
             "device": H100_0,
             "mode": "Partitioned",
             "profile": "3g.40gb",

@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from functions.simulate import World, load_documents, world_from
+from functions.simulate.nodelifecycle import NodeLifecycle
 from tests.support.schemas import ROOT
 
 EXAMPLES = ROOT / "examples" / "gpuclass"
@@ -286,22 +287,22 @@ def test_a_missing_license_secret_and_then_a_present_one(world):
 
 
 def test_a_second_class_on_the_same_resource_conflicts(world):
+    """The older class keeps the resource: the younger one conflicts, even where its name would
+    sort first (the API server stamps each class's creationTimestamp by the cluster's clock)."""
     duplicate = copy.deepcopy(load_documents(EXAMPLES / "classes.yaml")[0])
-    duplicate["metadata"] = {
-        "name": "example-whole-gpu-copy",
-        "creationTimestamp": "2026-11-30T00:00:00Z",
-    }
-    world.get("GPUClass", "example-whole-gpu")["metadata"]["creationTimestamp"] = (
-        "2026-11-01T00:00:00Z"
-    )
+    duplicate["metadata"] = {"name": "a-whole-gpu-copy"}
+    next(c for c in world.controllers if isinstance(c, NodeLifecycle)).sleep(60)
     world.apply(duplicate)
     world.reconcile()
-    assert conditions(world, "example-whole-gpu-copy")["ResourceNameConflict"] == (
+    assert world.get("GPUClass", "a-whole-gpu-copy")["metadata"]["creationTimestamp"] == (
+        "2026-01-01T00:01:00Z"
+    )
+    assert conditions(world, "a-whole-gpu-copy")["ResourceNameConflict"] == (
         "True",
         "class example-whole-gpu already uses example.com/whole-gpu; this offer is not available — "
         "give each offer its own advertised resource",
     )
-    assert world.get("GPUClass", "example-whole-gpu-copy")["status"]["free"] == 0
+    assert world.get("GPUClass", "a-whole-gpu-copy")["status"]["free"] == 0
     assert conditions(world, "example-whole-gpu")["ResourceNameConflict"][0] == "False"
 
 

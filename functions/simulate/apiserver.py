@@ -17,13 +17,20 @@ It decides whether a write is stored and what is stored, with the API server's r
   their kind they are registered for, after the schema, as kube-apiserver calls them; status
   writes do not reach them;
 - a Pod's spec changes on update only where kube-apiserver allows it (podupdate.py), and it is
-  bound to a node through the binding subresource (`bind`).
+  bound to a node through the binding subresource (`bind`);
+- the system fields: a create sets `metadata.uid` (a UUID, derived from the object's identity
+  and how many times it was created, so a run is repeatable) and `creationTimestamp` (the
+  cluster's clock: the node lifecycle's, which a scenario's `sleep` moves), whatever the client
+  sent; an update keeps them; `resourceVersion` moves with every write that changes the stored
+  object (a write that changes nothing stores nothing). Optimistic concurrency (a stale
+  `resourceVersion` refused) is not played: the stand-ins write one at a time.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +40,7 @@ from functions.simulate.schemas import KindSchema, Schemas
 from functions.simulate.store import Key, Store
 from functions.simulate.validation import FieldError, check, json_equal
 
+EPOCH = "2026-01-01T00:00:00Z"  # the clock's reading until a cluster sets one
 # The API server's status reasons for a refused write.
 INVALID = "Invalid"
 NOT_FOUND = "NotFound"
@@ -89,6 +97,9 @@ class ApiServer:
         self.warnings: list[str] = []
         self.webhooks: list[Webhook] = []
         self.mutators: list[Mutator] = []
+        self.clock: Callable[[], str] = lambda: EPOCH  # the time a create is stamped with
+        self.revision = 0  # the last resourceVersion given
+        self.creations: dict[Key, int] = {}  # how many times each identity was created
 
     def create(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
         """Store a new object at generation 1 (with the status it is given). `strict`: an
@@ -100,7 +111,14 @@ class ApiServer:
         for mutator in self.mutators:
             if mutator.kind == obj["kind"]:
                 mutator.mutate(obj)
-        obj["metadata"]["generation"] = 1
+        key = Key.of(obj)
+        self.creations[key] = self.creations.get(key, 0) + 1
+        metadata = obj["metadata"]
+        metadata["uid"] = str(
+            uuid.uuid5(uuid.NAMESPACE_URL, f"{'/'.join(key)}#{self.creations[key]}")
+        )
+        metadata["creationTimestamp"] = self.clock()
+        metadata["generation"] = 1
         return self._write(obj, None, strict=strict)
 
     def bind(self, name: str, namespace: str, node: str) -> dict[str, Any]:
@@ -114,7 +132,7 @@ class ApiServer:
             raise Refused(f'pod {name} is already assigned to node "{assigned}"', "Conflict")
         bound = copy.deepcopy(pod)
         bound["spec"]["nodeName"] = node
-        return self.store.put(bound)
+        return self._stored_as(bound, pod)
 
     def update(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
         """Replace the object's spec and metadata; its status stays the stored one."""
@@ -216,6 +234,22 @@ class ApiServer:
             self._admit(obj, old)
         if old is not None:
             obj["metadata"]["generation"] = _generation(old, obj)
+        return self._stored_as(obj, old)
+
+    def _stored_as(self, obj: dict[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Store `obj` in place of `old`: the system fields kept, a new resourceVersion when
+        anything changed (and nothing stored when nothing did)."""
+        metadata = obj["metadata"]
+        if old is not None:
+            for field in ("uid", "creationTimestamp", "resourceVersion"):
+                if field in old["metadata"]:
+                    metadata[field] = old["metadata"][field]
+                else:
+                    metadata.pop(field, None)
+            if json_equal(obj, old):
+                return self.store.put(old)  # as it was
+        self.revision += 1
+        metadata["resourceVersion"] = str(self.revision)
         return self.store.put(obj)
 
     def _admit(self, obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> None:

@@ -69,9 +69,11 @@ class World:
             "hami": HamiPlugin(),
         }
         self.kubelet = Kubelet(client, plugins)
+        lifecycle = NodeLifecycle(client)
+        self.api.clock = lambda: lifecycle.now(0)  # the cluster's one clock
         self.controllers: list[Any] = [
             self.crossplane,
-            NodeLifecycle(client),  # next to Crossplane: its admission part sees new Pods first
+            lifecycle,
             Nfd(client),
             GpuOperator(client),  # labels by NFD's labels
             GpuFeatureDiscovery(client),  # where the operator deployed it
