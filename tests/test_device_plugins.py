@@ -922,3 +922,32 @@ def test_gpu_feature_discovery_labels_the_product_and_the_mig_strategy(strategy,
         }
     }
     assert gfd_labels(devices, strategy or "none") == labels
+
+
+def test_a_pod_made_again_under_its_name_is_another_pod_to_the_kubelet():
+    """The kubelet's device manager keeps its checkpoint by Pod UID: a Pod deleted and made
+    again under the same name before the kubelet saw it go gets its devices afresh, and the old
+    one's go back (keyed by name, the new Pod met the old one's card as taken, and failed)."""
+    world = cluster("nvidia")
+    whole = {"nvidia.com/gpu": "1"}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "again", "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": "node-l4-a"},
+            "containers": [
+                {"name": "main", "image": "ubuntu:24.04", "resources": {"limits": whole}}
+            ],
+        },
+    }
+    world.apply(pod)
+    world.reconcile()
+    first = world.get("Pod", "again", "default")["metadata"]["uid"]
+    world.delete("Pod", "again", "default")
+    world.apply(pod)
+    world.reconcile()
+    made_again = world.get("Pod", "again", "default")
+    assert made_again["metadata"]["uid"] != first
+    assert made_again["status"]["phase"] == "Running"
+    assert device_ids(world, "node-l4-a") == {"nvidia.com/gpu": [L4_A]}

@@ -5,9 +5,11 @@
 - A Pod bound to the node starts when the device plugin can allocate every container's
   accelerator resources (Allocate); it runs and is Ready. When it cannot, the Pod fails with
   `UnexpectedAdmissionError`, as the kubelet's device manager fails it.
-- The grants are the kubelet's checkpoint; `pod_resources(node)` answers the kubelet
-  pod-resources API (List) from them, which the node agent reads. A Pod that is gone, or has
-  finished, gives its devices back; a partition the plugin created is destroyed with it.
+- The grants are the kubelet's checkpoint, by Pod UID as its device manager keeps them (a Pod
+  deleted and made again under its name is another Pod); `pod_resources(node)` answers the
+  kubelet pod-resources API (List) from them, naming each Pod, which the node agent reads. A Pod
+  that is gone, or has finished, gives its devices back; a partition the plugin created is
+  destroyed with it.
 - The device plugin is the one the cluster runs (`kube.device_plugin`): gpustack's, the NVIDIA
   GPU Operator's or HAMi's, each played from its own documentation.
 """
@@ -23,7 +25,7 @@ from functions.simulate import kube
 from functions.simulate.client import Client
 from functions.simulate.deviceplugin import Allocate, Card, DevicePlugin, Grant, cards_of
 
-Checkpoint = dict[str, dict[str, list[Grant]]]  # pod key → container → grants
+Checkpoint = dict[str, dict[str, list[Grant]]]  # Pod UID → container → grants
 
 
 class Kubelet:
@@ -31,7 +33,7 @@ class Kubelet:
         self.api = api
         self.plugins = plugins  # by the name a Catalog's `devicePlugin` gives it
         self.checkpoint: Checkpoint = {}
-        self.nodes: dict[str, str] = {}  # pod key → node, for what the checkpoint holds
+        self.pods: dict[str, tuple[str, str]] = {}  # Pod UID → (node, namespace/name)
         self.advertised: dict[str, dict[str, str]] = {}  # node → what the plugin put there
 
     def run(self) -> None:
@@ -68,13 +70,13 @@ class Kubelet:
         self.api.update_status(node)
 
     def start(self, pod: dict[str, Any]) -> None:
-        node, key = pod["spec"]["nodeName"], kube.pod_key(pod)
+        node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
         cards = self.cards(node)
         node_object = self.api.get("Node", node) or {}
         held = [
             g
             for k, containers in self.checkpoint.items()
-            if self.nodes.get(k) == node
+            if self.pods[k][0] == node
             for gs in containers.values()
             for g in gs
         ]
@@ -90,7 +92,7 @@ class Kubelet:
                 return self.fail(pod, grants)
             granted[container["name"]] = grants
             held += grants
-        self.checkpoint[key], self.nodes[key] = granted, node
+        self.checkpoint[uid], self.pods[uid] = granted, (node, kube.pod_key(pod))
         self.create_partitions(node, [g for gs in granted.values() for g in gs])
         index = sorted(n["metadata"]["name"] for n in self.api.list("Node")).index(node) + 1
         pod["status"] = {
@@ -113,19 +115,20 @@ class Kubelet:
         self.api.update_status(pod)
 
     def release_gone_pods(self) -> None:
-        live = {kube.pod_key(p): p for p in self.api.list("Pod")}
-        for key in sorted(self.checkpoint):
-            pod = live.get(key)
+        live = {p["metadata"]["uid"]: p for p in self.api.list("Pod")}
+        for uid in sorted(self.checkpoint, key=self.pods.__getitem__):
+            pod = live.get(uid)
             if pod is not None and kube.running(pod):
                 continue
-            grants = [g for gs in self.checkpoint.pop(key).values() for g in gs]
-            self.destroy_partitions(self.nodes.pop(key), grants)
+            grants = [g for gs in self.checkpoint.pop(uid).values() for g in gs]
+            self.destroy_partitions(self.pods.pop(uid)[0], grants)
 
     def pod_resources(self, node: str) -> list[ContainerDevices]:
         """The kubelet pod-resources API's List, for the Pods on `node`."""
         found = []
-        for key, containers in sorted(self.checkpoint.items()):
-            if self.nodes.get(key) != node:
+        for uid, containers in sorted(self.checkpoint.items(), key=lambda e: self.pods[e[0]]):
+            on, key = self.pods[uid]
+            if on != node:
                 continue
             namespace, name = key.split("/", 1)
             for container, grants in sorted(containers.items()):
