@@ -176,6 +176,14 @@ def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
 @click.option(
     "--cpuinfo", type=click.Path(path_type=Path), default=Path("/proc/cpuinfo"), show_default=True
 )
+@click.option(
+    "--resync",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    envvar="RESYNC",
+    help="Seconds after which an unchanged Devices is applied again (one deleted comes back).",
+)
 @click.option("--once", is_flag=True, help="Poll once, apply if changed, and exit.")
 @click.option(
     "--api-timeout",
@@ -195,6 +203,7 @@ def agent(
     pod_resources_socket,
     nvml_fixture,
     cpuinfo,
+    resync,
     once,
     api_timeout,
     debug,
@@ -225,6 +234,7 @@ def agent(
         KubernetesApi(api_timeout),
         partial(list_devices, pod_resources_socket, timeout=api_timeout),
         cpuinfo,
+        resync=resync,
     )
     if once:
         node_agent.poll()

@@ -156,13 +156,19 @@ class Card:
     healthy: bool
 
 
+# How an agent's poll ended: its Devices applied because it changed, applied again though it did
+# not (the resync), not applied, or the poll failed.
+WRITTEN, RESYNCED, UNCHANGED, FAILED = "written", "resynced", "unchanged", "failed"
+
+
 class AgentMetrics:
     """Polls by outcome, Devices writes, NVML errors and availability, each card's health."""
 
     def __init__(self, registry: CollectorRegistry = REGISTRY):
         self.polls = Counter(
             "gpustack_agent_polls",
-            "Polls of NVML, the kubelet and the API server, by outcome (written, unchanged, failed).",
+            "Polls of NVML, the kubelet and the API server, by outcome (written, resynced, "
+            "unchanged, failed).",
             ["outcome"],
             registry=registry,
         )
@@ -191,14 +197,15 @@ class AgentMetrics:
         self._cards: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 
-    def polled(self, wrote: bool) -> None:
-        self.polls.labels("written" if wrote else "unchanged").inc()
-        if wrote:
+    def polled(self, outcome: str) -> None:
+        """A poll that succeeded: WRITTEN, RESYNCED or UNCHANGED."""
+        self.polls.labels(outcome).inc()
+        if outcome != UNCHANGED:
             self.writes.inc()
         self.last_poll.set_to_current_time()
 
     def poll_failed(self) -> None:
-        self.polls.labels("failed").inc()
+        self.polls.labels(FAILED).inc()
 
     def nvml_read(self, available: bool, errors: int, cards: list[Card]) -> None:
         """What one NVML reading found; cards gone since the last one leave the gauge."""

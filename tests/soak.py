@@ -232,7 +232,7 @@ def soak_agent(polls: int = 1000) -> dict[str, Any]:
     """Writes under a flapping card, and identities under random read failures."""
     import yaml
 
-    from functions.agent.agent import Agent
+    from functions.agent.agent import Agent, NodeFacts
     from functions.agent.nvml import FakeNvml
 
     fixture = corpus.ROOT / "tests" / "fixtures" / "nvml" / "node-t4-b.yaml"
@@ -241,8 +241,8 @@ def soak_agent(polls: int = 1000) -> dict[str, Any]:
         def __init__(self) -> None:
             self.applied: list = []
 
-        def node_cpu_capacity(self, node):
-            return 48
+        def node_facts(self, node):
+            return NodeFacts("node-t4-b-uid", 48)
 
         def pods_on(self, node):
             return []

@@ -11,7 +11,7 @@ from functools import partial
 import pytest
 import yaml
 
-from functions.agent.agent import Agent
+from functions.agent.agent import Agent, NodeFacts
 from functions.agent.nvml import FakeNvml
 from functions.agent.podresources import list_devices
 from functions.core.devices import parse_devices
@@ -24,15 +24,17 @@ WALKTHROUGH = {
     doc["metadata"]["name"]: doc
     for doc in schemas.documents(ROOT / "examples" / "walkthrough" / "devices.yaml")
 }
+NODE_UID = "5c6a8a5e-0000-4000-8000-00000000000a"  # as the API server stamps a Node
 CORES = {"node-cpu": 16, "node-a10g": 4, "node-t4-a": 4, "node-t4-b": 48}
 
 
 class FakeKube:
     def __init__(self, cores: int, pods: list[dict] | None = None):
         self.cores, self.pods, self.applied = cores, pods or [], []
+        self.uid = NODE_UID
 
-    def node_cpu_capacity(self, node: str) -> int:
-        return self.cores
+    def node_facts(self, node: str) -> NodeFacts:
+        return NodeFacts(self.uid, self.cores)
 
     def pods_on(self, node: str) -> list[dict]:
         return self.pods
@@ -79,6 +81,43 @@ def test_a_second_poll_with_nothing_changed_writes_nothing(kubelet):
     assert agent.poll() is True
     assert agent.poll() is False
     assert len(agent.kube.applied) == 1
+
+
+def test_the_devices_is_owned_by_its_node_so_it_goes_with_the_node(kubelet):
+    """The garbage collector deletes a Devices once its Node is gone (a cluster autoscaler
+    removing the node): the owner is the Node by its uid, not a controller."""
+    _, socket = kubelet
+    devices = agent_for("node-t4-b", socket).build()
+    assert devices["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Node", "name": "node-t4-b", "uid": NODE_UID}
+    ]
+
+
+def test_a_node_registered_again_under_its_name_is_the_new_owner_at_once(kubelet):
+    """A Node deleted and registered again has a new uid: the garbage collector would delete
+    a Devices owned by the old one, so the next poll applies the new owner."""
+    _, socket = kubelet
+    agent = agent_for("node-t4-b", socket)
+    assert agent.poll() is True
+    agent.kube.uid = "5c6a8a5e-0000-4000-8000-00000000000b"
+    assert agent.poll() is True
+    owners = [d["metadata"]["ownerReferences"][0]["uid"] for d in agent.kube.applied]
+    assert owners == [NODE_UID, "5c6a8a5e-0000-4000-8000-00000000000b"]
+
+
+def test_an_unchanged_devices_is_applied_again_once_the_resync_is_due(kubelet):
+    """A Devices deleted while the agent runs (by an admin, or by the garbage collector) comes
+    back within the resync, though nothing on the node changed; before it, nothing is written."""
+    _, socket = kubelet
+    now = [1000.0]
+    agent = agent_for("node-t4-b", socket)
+    agent.clock, agent.resync = (lambda: now[0]), 600
+    writes = []
+    for seconds in (0, 30, 569, 1, 30, 600):  # at 0, 30, 599, 600, 630 and 1,230 s
+        now[0] += seconds
+        writes.append(agent.poll())
+    assert writes == [True, False, False, True, False, True]
+    assert all(applied == agent.kube.applied[0] for applied in agent.kube.applied)
 
 
 def test_a_new_allocation_makes_exactly_one_write(kubelet):
@@ -557,7 +596,7 @@ def test_a_silent_api_server_fails_the_call_within_its_timeout():
         api = KubernetesApi(0.3, kubernetes.client.Configuration(host=f"http://{host}:{port}"))
         for call in (
             lambda: api.pods_on("node-a"),
-            lambda: api.node_cpu_capacity("node-a"),
+            lambda: api.node_facts("node-a"),
             lambda: api.apply_devices({"metadata": {"name": "node-a"}}),
         ):
             with pytest.raises(Exception) as failed:

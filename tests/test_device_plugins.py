@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from functions.agent.agent import Agent
+from functions.agent.agent import Agent, NodeFacts
 from functions.agent.nvml import FakeNvml
 from functions.agent.podresources import list_devices
 from functions.cli import main
@@ -411,8 +411,8 @@ def test_the_agent_joins_the_gpu_operators_ids_through_the_kubelets_socket(tmp_p
             pod("notebook", {"nvidia.com/gpu.shared": "2"}),
         )
 
-        def node_cpu_capacity(self, node: str) -> int:
-            return 224
+        def node_facts(self, node: str) -> NodeFacts:
+            return NodeFacts("node-h100-uid", 224)
 
         def pods_on(self, node: str) -> list[dict]:
             return list(self.pods)

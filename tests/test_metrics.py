@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from functions import metrics
-from functions.agent.agent import MAX_BACKOFF_SECONDS, STALL_GRACE_SECONDS, Agent
+from functions.agent.agent import MAX_BACKOFF_SECONDS, STALL_GRACE_SECONDS, Agent, NodeFacts
 from functions.agent.nvml import FakeNvml
 from functions.views import plain
 from tests.support.grpc_server import free_port, function_server, wait_ready
@@ -175,8 +175,8 @@ class FakeKube:
     def __init__(self, fail_with: Exception | None = None, stop: threading.Event | None = None):
         self.fail_with, self.stop, self.applied = fail_with, stop, []
 
-    def node_cpu_capacity(self, node: str) -> int:
-        return 48
+    def node_facts(self, node: str) -> NodeFacts:
+        return NodeFacts("node-t4-b-uid", 48)
 
     def pods_on(self, node: str) -> list[dict]:
         return []
@@ -209,16 +209,21 @@ def test_the_agent_endpoint_shows_its_polls_writes_nvml_errors_and_card_health()
     registry = CollectorRegistry()
     agent = t4_node(registry, FakeKube(), lost_card=True)
     server = metrics.serve("127.0.0.1:0", {"/readyz": agent.ready}, registry=registry)
+    now = [1000.0]
+    agent.clock = lambda: now[0]
     try:
         agent.poll()
+        agent.poll()
+        now[0] += agent.resync  # the same Devices, applied again
         agent.poll()
         samples = scrape(f"http://127.0.0.1:{server.server_address[1]}/metrics")
     finally:
         server.shutdown()
     assert samples[("gpustack_agent_polls_total", (("outcome", "written"),))] == 1
     assert samples[("gpustack_agent_polls_total", (("outcome", "unchanged"),))] == 1
-    assert samples[("gpustack_agent_writes_total", ())] == 1
-    assert samples[("gpustack_agent_nvml_errors_total", ())] == 2  # the lost card, each poll
+    assert samples[("gpustack_agent_polls_total", (("outcome", "resynced"),))] == 1
+    assert samples[("gpustack_agent_writes_total", ())] == 2
+    assert samples[("gpustack_agent_nvml_errors_total", ())] == 3  # the lost card, each poll
     assert samples[("gpustack_agent_nvml_available", ())] == 1
     health = {
         dict(labels)["index"]: value

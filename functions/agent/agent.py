@@ -1,8 +1,10 @@
 """`gpustack-fn agent`: keep this node's Devices object true, without churning the API server.
 
-Each poll reads NVML, the CPU, and what the kubelet handed out, and builds the whole Devices
-object. It is applied (server-side, as field manager `gpustack-agent`, never touching
-`spec.managed`) only when its content changed; API errors back off exponentially.
+Each poll reads NVML, the CPU, the Node and what the kubelet handed out, and builds the whole
+Devices object. It is applied (server-side, as field manager `gpustack-agent`, never touching
+`spec.managed`) when its content changed, and again every `resync` seconds however quiet the
+node (an apply of the same content writes nothing, and one deleted comes back); API errors back
+off exponentially. The Node owns the Devices, so the garbage collector deletes it with the Node.
 
 A card's reading is reported only once two polls in a row agree (`steady`), and a failed
 reading never changes what a card is (`report`): a flapping GPU makes no writes. When a change
@@ -35,7 +37,7 @@ from functions.agent.podresources import ContainerDevices
 from functions.agent.steady import Steady, by_key, vendors_of
 from functions.core import labels
 from functions.core.devices import parse_spec
-from functions.metrics import AgentMetrics, Card, agent_metrics
+from functions.metrics import RESYNCED, UNCHANGED, WRITTEN, AgentMetrics, Card, agent_metrics
 
 API_VERSION = "worker.gpustack.ai/v1alpha1"
 FIELD_MANAGER = "gpustack-agent"
@@ -45,10 +47,19 @@ STALL_GRACE_SECONDS = 60.0  # beyond the period and the longest back-off: the lo
 CONFIRM_SECONDS = 5.0  # how soon a changed reading is read again, to confirm it
 STOP_SECONDS = 5.0  # how long SIGTERM waits for the loop to end its poll
 API_TIMEOUT_SECONDS = 10.0  # each call to the API server and the kubelet
+RESYNC_SECONDS = 600.0  # how often an unchanged Devices is applied again
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the agent reads of its Node: its uid (the Devices' owner) and its CPU capacity."""
+
+    uid: str
+    cpu_capacity: int | None
 
 
 class Kube(Protocol):
-    def node_cpu_capacity(self, node: str) -> int | None: ...
+    def node_facts(self, node: str) -> NodeFacts: ...
     def pods_on(self, node: str) -> list[dict[str, Any]]: ...
     def apply_devices(self, devices: dict[str, Any]) -> None: ...
 
@@ -67,7 +78,9 @@ class Agent:
     metrics: AgentMetrics = field(default_factory=agent_metrics)
     clock: Callable[[], float] = time.monotonic
     period: float = 30.0
+    resync: float = RESYNC_SECONDS
     started: float | None = None  # clock() when the loop started
+    last_write: float | None = None  # clock() when the Devices was last applied
     last_attempt: float | None = None  # clock() when a poll last ended, either way
     last_error: str | None = None  # why the last poll failed; None after a success
     steady: Steady = field(default_factory=Steady)  # each card as reported, and changes held
@@ -85,7 +98,8 @@ class Agent:
             for p in self.kube.pods_on(self.node)
         }
         self.cpu_facts = report.read_cpu(self.cpuinfo) or self.cpu_facts  # unread: as before
-        cpu = {**self.cpu_facts, "cores": report.cpu_cores(self.kube.node_cpu_capacity(self.node))}
+        node = self.kube.node_facts(self.node)
+        cpu = {**self.cpu_facts, "cores": report.cpu_cores(node.cpu_capacity)}
         spec = {
             "os": self.os,
             "arch": self.arch,
@@ -95,25 +109,27 @@ class Agent:
             "allocations": allocations(self.list_devices(), pods, reading.vendors),
         }
         selector = labels.devices_labels(parse_spec(self.node, spec))
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "Devices",
-            "metadata": {"name": self.node, "labels": dict(sorted(selector.items()))},
-            "spec": spec,
-        }
+        metadata = {"name": self.node, "labels": dict(sorted(selector.items()))}
+        if node.uid:
+            metadata["ownerReferences"] = [owner_reference(self.node, node.uid)]
+        return {"apiVersion": API_VERSION, "kind": "Devices", "metadata": metadata, "spec": spec}
 
     def poll(self) -> bool:
-        """Build and apply if anything changed; True when it wrote."""
+        """Build and apply if anything changed, or the resync is due; True when it wrote."""
         devices = self.build()
         content = json.dumps(devices, sort_keys=True)
-        if content == self.last_applied:
-            self.metrics.polled(wrote=False)
+        changed = content != self.last_applied
+        if not changed and not self.resync_due():
+            self.metrics.polled(UNCHANGED)
             return False
         self.kube.apply_devices(devices)
-        self.last_applied = content
+        self.last_applied, self.last_write = content, self.clock()
         self.writes += 1
-        self.metrics.polled(wrote=True)
+        self.metrics.polled(WRITTEN if changed else RESYNCED)
         return True
+
+    def resync_due(self) -> bool:
+        return self.last_write is not None and self.clock() - self.last_write >= self.resync
 
     def run(self, period: float, stop: threading.Event) -> None:
         """Poll on the period, sooner on an NVML event; back off while polls fail."""
@@ -169,6 +185,14 @@ class Agent:
         return True, "ok"
 
 
+def owner_reference(node: str, uid: str) -> dict[str, str]:
+    """The Devices' owner: its Node, so that deleting the Node (a cluster autoscaler removing
+    it, say) deletes the Devices, and Crossplane what the Devices composed, and the node's cards
+    leave every pool. Not a controller reference (Crossplane's are: the Node controls nothing),
+    and no `blockOwnerDeletion`, which would need the right to update the Node's finalizers."""
+    return {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
+
+
 def cards(vendors: list[dict[str, Any]]) -> list[Card]:
     """Each reported card's health, for the per-card gauge."""
     return [
@@ -213,12 +237,13 @@ class KubernetesApi:
         self.custom = kubernetes.client.CustomObjectsApi(client)
         self.timeout = (timeout, timeout)
 
-    def node_cpu_capacity(self, node: str) -> int | None:
+    def node_facts(self, node: str) -> NodeFacts:
         from functions.core import quantity
 
         found = self.core.read_node(node, _request_timeout=self.timeout)
-        capacity = (found.status.capacity or {}).get("cpu")
-        return quantity.ceil(quantity.parse(capacity)) if capacity else None
+        capacity = ((found.status and found.status.capacity) or {}).get("cpu")
+        cpu = quantity.ceil(quantity.parse(capacity)) if capacity else None
+        return NodeFacts(found.metadata.uid or "", cpu)
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
         pods = self.core.list_pod_for_all_namespaces(
