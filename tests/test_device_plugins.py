@@ -735,10 +735,10 @@ def test_a_mig_node_without_the_mixed_strategy_is_left_out_of_every_pool(
     )
     assert why.endswith(
         "a whole-card Instance could be given one; set mig.strategy: mixed in the GPU "
-        "Operator's ClusterPolicy"
+        "Operator's ClusterPolicy (docs/device-plugins.md)"
     )
     assert left_out_warnings(world, "node-h100") == [
-        f"node node-h100 is left out of every pool: {why} (docs/device-plugins.md)"
+        f"node node-h100 is left out of every pool: {why}"
     ]
     assert world.table("Devices").splitlines()[:2] == [
         "NAME        MANAGED   CPU                         ACCELERATORS",

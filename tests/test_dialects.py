@@ -402,5 +402,5 @@ def test_a_node_with_cards_in_mig_mode_needs_the_gpu_operators_mixed_strategy(
         f"{in_mig} card(s) in MIG mode, and the NVIDIA GPU Operator's device plugin runs MIG "
         f"strategy {left_out} here ({told}), which advertises {given} as nvidia.com/gpu: a "
         "whole-card Instance could be given one; set mig.strategy: mixed in the GPU "
-        "Operator's ClusterPolicy"
+        "Operator's ClusterPolicy (docs/device-plugins.md)"
     )

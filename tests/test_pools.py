@@ -676,9 +676,15 @@ def cpu_node(cores: int) -> dict:
     }
 
 
+def node_of(devices: dict) -> dict:
+    """The Node a Devices reports on (a node whose Node is gone is in no pool)."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": devices["metadata"]["name"]}}
+
+
 def test_a_pool_of_more_flavors_than_kueue_lists_queues_the_first_64_and_says_so():
     world = world_from([WALKTHROUGH / "namespaces.yaml", WALKTHROUGH / "catalog.yaml"])
     world.apply(*(cpu_node(cores) for cores in range(1, 71)))
+    world.apply(*(node_of(cpu_node(cores)) for cores in range(1, 71)))
     world.reconcile()
     queue = world.get("ClusterQueue", GENERIC)
     assert queue is not None, "Kueue refused the ClusterQueue"

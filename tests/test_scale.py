@@ -541,7 +541,8 @@ def test_the_devices_handler_asks_to_be_called_every_five_minutes(walkthrough):
     req = pipeline.request(
         walkthrough["node-a10g"], {}, composition["spec"]["pipeline"][0]["input"]
     )
-    rsp = pipeline.run_step(run_function, req, [])
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a10g"}}
+    rsp = pipeline.run_step(run_function, req, [node])
     assert rsp.meta.ttl.seconds == 300
     assert [r.severity for r in rsp.results] == []
 

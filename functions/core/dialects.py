@@ -193,7 +193,8 @@ class Nvidia:
         return (
             f"{mig_cards} card(s) in MIG mode, and {self.title} runs MIG strategy {strategy} "
             f"here ({told}), which advertises {given} as {GPU}: a whole-card Instance could "
-            f"be given one; set mig.strategy: {MIXED} in the GPU Operator's ClusterPolicy"
+            f"be given one; set mig.strategy: {MIXED} in the GPU Operator's ClusterPolicy "
+            "(docs/device-plugins.md)"
         )
 
     def transformations(self) -> list[dict[str, Any]]:

@@ -11,16 +11,17 @@ systemNamespace.
 A node the cluster's device plugin cannot serve as claims are written for it (the dialect's
 `left_out`: the GPU Operator's plugin on cards in MIG mode without the `mixed` MIG strategy,
 told by the Node's GPU feature discovery labels) is not managed, so no pool or flavor takes it;
-`status.leftOut` and a `NodeLeftOut` Warning say why.
+`status.leftOut` and a `NodeLeftOut` Warning say why. So is a node whose Node does not exist.
 
 A reconcile whose inputs — the node's name and spec, the Catalog settings read here, the VM
-node state, the Node labels the dialect judges it by, this release — hash to the digest the
-last status recorded (`status.inputs`) recomputes nothing: it returns the observed status and
-composed objects as they are. So does the first call of a reconcile, made before the Catalog
-and the Node are read: Crossplane calls again once they are. The agent writes the spec only when a reading changed, and Crossplane
-reconciles the Devices on each such write (and, where it watches required objects, on each
-change of the Node), so the TTL bounds how late a Catalog setting or, on Crossplane v2.3, a
-change of the Node reaches the node's objects.
+node state, the Node labels the dialect judges it by (or the Node's absence), this release —
+hash to the digest the last status recorded (`status.inputs`) recomputes nothing: it returns
+the observed status and composed objects as they are. So does the first call of a reconcile,
+made before the Catalog and the Node are read: Crossplane calls again once they are. The agent
+writes the spec only when a reading changed, and Crossplane reconciles the Devices on each such
+write (and, where it watches required objects, on each change of the Node), so the TTL bounds
+how late a Catalog setting or, on Crossplane v2.3, a change of the Node reaches the node's
+objects.
 """
 
 from __future__ import annotations
@@ -151,6 +152,19 @@ def requirements(request: Request) -> dict[str, Requirement]:
     return {"catalog": CATALOG, "node": node}
 
 
+NODE_GONE = (
+    "its Node does not exist; delete this Devices if the node is gone for good (an agent's "
+    "Devices is owned by its Node and goes with it: docs/agent.md)"
+)
+
+
+def node_gone(request: Request) -> bool:
+    """Crossplane looked for the Node and found none: a node removed while its Devices stayed
+    (one written before the agent set its Node as the owner). Its cards are nowhere to run on.
+    Not asked yet (the first call of a reconcile) is not gone."""
+    return request.required("node") == []
+
+
 def dialect_labels(request: Request, settings: Settings) -> dict[str, str]:
     """The Node's labels the device plugin's dialect judges the node by (`left_out`): none
     until the Node is read."""
@@ -174,6 +188,8 @@ def inputs_digest(
     }
     if judged:
         read["nodeLabels"] = judged
+    if node_gone(request):
+        read["nodeGone"] = True
     return devices_status.inputs_digest(
         request.xr.name, structs.canonical(request.xr, "spec"), read, RELEASE, vm_node
     )
@@ -194,7 +210,7 @@ def compose(request: Request) -> Desired:
         raise InputError(
             error.path, f"{error.problem}; the node agent writes this field"
         ) from error
-    left_out = settings.dialect.left_out(spec, judged)
+    left_out = NODE_GONE if node_gone(request) else settings.dialect.left_out(spec, judged)
     ledger = build_ledger(spec, settings.dialect.fixed_partitions)
     summary = summarize_devices(
         spec, settings.node_management_manual, ledger, left_out=bool(left_out)
@@ -236,7 +252,7 @@ def conflict_warning(desired: Desired, device: str, pod: str, reason: str) -> No
 
 def left_out_warning(desired: Desired, node: str, why: str) -> None:
     desired.warning(
-        f"node {node} is left out of every pool: {why} (docs/device-plugins.md)",
+        f"node {node} is left out of every pool: {why}",
         reasons.NODE_LEFT_OUT,
     )
 
