@@ -20,6 +20,8 @@ from functions.simulate.apiserver import (
     ApiServer,
     Refused,
 )
+from functions.simulate.client import Client
+from functions.simulate.garbagecollector import GarbageCollector
 from functions.simulate.store import Store
 from tests.support.schemas import ROOT, documents, require_schemas
 
@@ -718,3 +720,46 @@ def test_the_api_server_stamps_the_system_fields_and_keeps_them():
     assert int(updated["resourceVersion"]) > int(first["resourceVersion"])
     api.delete("Pod", "p", "t")
     assert api.create(running_pod())["metadata"]["uid"] != first["uid"]  # a new object
+
+
+# --- the garbage collector -----------------------------------------------------------------------
+
+
+def owned_by(*owners: dict[str, Any]) -> list[dict[str, str]]:
+    return [
+        {"apiVersion": o["apiVersion"], "kind": o["kind"], "name": o["metadata"]["name"]}
+        | {"uid": o["metadata"]["uid"]}
+        for o in owners
+    ]
+
+
+def config_map(name: str, namespace: str = "t", owners: list | None = None) -> dict[str, Any]:
+    metadata = {"name": name, "namespace": namespace, "ownerReferences": owners or []}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {}}
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+
+def test_the_garbage_collector_deletes_what_lost_every_owner_and_only_that():
+    """An owner is gone when no object of its kind and name exists, or one with another uid
+    (a Node registered again); a dependent keeps the owners still there."""
+    api = ApiServer(Store())
+    collect = GarbageCollector(Client(api)).run
+    a, b = api.create(node("a")), api.create(node("b"))
+    api.create(config_map("of-a", owners=owned_by(a)))  # namespaced, a cluster-scoped owner
+    api.create(config_map("of-both", owners=owned_by(a, b)))
+    api.create(config_map("of-none"))
+    api.delete("Node", "a")
+    api.create(node("a"))  # the same name, another object
+    collect()
+    assert sorted(cm["metadata"]["name"] for cm in api.store.list("ConfigMap")) == [
+        "of-both",
+        "of-none",
+    ]
+    kept = api.store.get("ConfigMap", "of-both", "t")["metadata"]["ownerReferences"]
+    assert kept == owned_by(b)  # the reference to the old Node is dropped
+    api.delete("Node", "b")
+    collect()
+    assert [cm["metadata"]["name"] for cm in api.store.list("ConfigMap")] == ["of-none"]

@@ -156,6 +156,29 @@ def settled() -> World:
     return world
 
 
+def test_every_composed_object_names_its_composite_as_controller_and_goes_with_it():
+    """Crossplane makes the composite each composed object's controller (`meta.AsController`),
+    so the garbage collector deletes what a deleted composite composed."""
+    world = world_from([WALKTHROUGH / n for n in CLUSTER])
+    world.apply(*load_documents(WALKTHROUGH / "instance-sliced-demo.yaml"))
+    world.reconcile()
+    instance = world.get("Instance", "sliced-demo", "default")
+    pod = world.get("Pod", "sliced-demo", "default")
+    assert pod["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "worker.gpustack.ai/v1alpha1",
+            "kind": "Instance",
+            "name": "sliced-demo",
+            "uid": instance["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    world.delete("Instance", "sliced-demo", "default")
+    world.reconcile()
+    assert world.get("Pod", "sliced-demo", "default") is None
+
+
 def composites(world: World) -> list[tuple[str, dict]]:
     return [
         (kind, obj) for kind in sorted(world.crossplane.compositions) for obj in world.list(kind)

@@ -9,6 +9,7 @@ Instance runs on the other node of its pool.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -16,6 +17,8 @@ import pytest
 from click.testing import CliRunner
 
 from functions.cli import main
+from functions.handlers import devices
+from functions.handlers.base import Request
 from functions.simulate import World, kube, load_documents, world_from
 from functions.simulate.client import Client
 from functions.simulate.nodelifecycle import (
@@ -24,7 +27,9 @@ from functions.simulate.nodelifecycle import (
     toleration_seconds,
 )
 from functions.simulate.scheduler import Scheduler, Unfit, fit_error
+from functions.simulate.store import Key
 from tests.support.schemas import ROOT
+from tests.test_scale import catalog_object
 
 NODE_LOSS = ROOT / "examples" / "node-loss"
 NOT_READY = {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}
@@ -45,6 +50,7 @@ def test_the_node_loss_scenario_prints_what_it_recorded():
     assert "Ready   node-t4-a" in steps[1]
     assert "NotReady   node-t4-a" in steps[2] and "NotReady   node-t4-a" in steps[3]
     assert "Ready   node-t4-b" in steps[4]
+    assert "node-t4-a" not in steps[5] and "nvidia-tesla-t4 0/1" in steps[5]
 
 
 @dataclass(frozen=True)
@@ -169,6 +175,118 @@ def test_a_node_that_comes_back_in_time_keeps_its_pod_and_loses_its_taints(world
     assert node_of(world) == "node-t4-a"
     assert "taints" not in world.get("Node", "node-t4-a").get("spec", {})
     assert "deletionTimestamp" not in world.get("Pod", "trainer", "default")["metadata"]
+
+
+# --- a node removed (a cluster autoscaler deleting it) ------------------------------------------
+
+T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
+
+
+def t4_quota(world: World) -> str:
+    """The T4 pool's ClusterQueue quota in credits (one card: 1600k)."""
+    queue = world.get("ClusterQueue", T4_POOL)
+    (flavor,) = queue["spec"]["resourceGroups"][0]["flavors"]
+    return flavor["resources"][0]["nominalQuota"]
+
+
+def node_objects(world: World, node: str) -> list[str]:
+    """What exists for a node beside the Node: its Devices and what the Devices composed."""
+    found = [f"Devices/{node}"] if world.get("Devices", node) else []
+    for kind in ("ConfigMap", "NodeFeature"):
+        found += [
+            f"{kind}/{o['metadata']['name']}"
+            for o in world.list(kind)
+            if o["metadata"]["name"].startswith(f"{node}-gpustack-")
+        ]
+    return found
+
+
+def test_a_deleted_node_takes_its_devices_and_its_card_out_of_the_pool(world_after_start):
+    """The agent made the Node own its Devices: the garbage collector deletes the Devices, and
+    the objects Crossplane composed for it (each owned by the Devices), so the quota shrinks."""
+    world = world_after_start
+    assert world.get("Devices", "node-t4-b")["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": "node-t4-b",
+            "uid": world.get("Node", "node-t4-b")["metadata"]["uid"],
+        }
+    ]
+    assert t4_quota(world) == "3200k"
+    world.delete("Node", "node-t4-b")  # the idle one: the trainer runs on node-t4-a
+    world.reconcile()
+    assert node_objects(world, "node-t4-b") == []
+    assert len(node_objects(world, "node-t4-a")) == 4  # Devices, summary, two NodeFeatures
+    assert t4_quota(world) == "1600k"
+    assert node_of(world) == "node-t4-a"
+
+
+def test_a_pod_on_a_deleted_node_goes_after_the_quarantine_and_its_instance_runs_elsewhere(
+    world_after_start,
+):
+    """The Pod garbage collector deletes a Pod bound to a node that has been missing for 40 s."""
+    world = world_after_start
+    world.delete("Node", "node-t4-a")
+    world.reconcile()
+    assert node_of(world) == "node-t4-a"  # bound to a node that is gone, in quarantine
+    lifecycle(world).sleep(39)
+    world.reconcile()
+    assert node_of(world) == "node-t4-a"
+    lifecycle(world).sleep(1)
+    world.reconcile()
+    assert node_of(world) == "node-t4-b"
+    assert t4_quota(world) == "1600k"
+
+
+def test_a_devices_its_node_does_not_own_is_left_out_once_the_node_is_gone():
+    """A Devices written before the agent set its owner outlives its Node: the devices handler
+    finds no Node, and the node leaves every pool, saying why."""
+    world = world_from(
+        [NODE_LOSS / "devices.yaml", NODE_LOSS / "nodes.yaml", NODE_LOSS / "cluster.yaml"],
+        agents=False,  # no agent: nothing owns the Devices
+    )
+    world.reconcile()
+    assert "ownerReferences" not in world.get("Devices", "node-t4-b")["metadata"]
+    world.delete("Node", "node-t4-b")
+    world.reconcile()
+    devices = world.get("Devices", "node-t4-b")
+    why = (
+        "its Node does not exist; delete this Devices if the node is gone for good (an "
+        "agent's Devices is owned by its Node and goes with it: docs/agent.md)"
+    )
+    assert devices["status"]["leftOut"] == why
+    assert [r.message for r in world.results[Key("Devices", "", "node-t4-b")]] == [
+        f"node node-t4-b is left out of every pool: {why}"
+    ]
+    assert world.table("Devices").splitlines()[1:] == [
+        "node-t4-a   true      intel-xeon-platinum-8259cl   nvidia-tesla-t4 1/1",
+        "node-t4-b   false     intel-xeon-platinum-8259cl   nvidia-tesla-t4 1/1",
+    ]
+    assert t4_quota(world) == "1600k"
+
+
+NODE_T4_A = load_documents(NODE_LOSS / "nodes.yaml")[0]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "managed", "left_out"),
+    [
+        (None, True, None),  # the first call of a reconcile: the Node not asked for yet
+        ([NODE_T4_A], True, None),
+        ([], False, devices.NODE_GONE),  # asked for, and none found
+    ],
+    ids=["not read yet", "there", "gone"],
+)
+def test_the_devices_handler_leaves_out_a_node_whose_node_is_gone(nodes, managed, left_out):
+    obj = load_documents(NODE_LOSS / "devices.yaml")[0]
+    required = {"catalog": [catalog_object()]} | ({"node": nodes} if nodes is not None else {})
+    desired = devices.compose(Request.of(obj, required=required))
+    summary = desired.resources[devices.SUMMARY]["data"]["summary"]
+    assert json.loads(summary)["managed"] is managed
+    assert desired.status.get("leftOut") == left_out
+    there = devices.compose(Request.of(obj, required={"catalog": [catalog_object()]}))
+    assert (desired.status["inputs"] == there.status["inputs"]) is (left_out is None)
 
 
 # --- accelerator nodes tainted with another key -----------------------------------------------

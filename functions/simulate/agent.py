@@ -2,12 +2,15 @@
 
 The agent is the product, not a stand-in: each node's `Devices.spec.allocations` is what
 `functions.agent.allocations` makes of the kubelet's pod-resources answer (here, the simulated
-kubelet's grants, with the device plugin's ID formats) and the Pods on the node. The hardware
-part of the spec is the scenario's (what NVML would report).
+kubelet's grants, with the device plugin's ID formats) and the Pods on the node, and its owner is
+the Node, by the uid the API server gave it (`functions.agent.agent.owner_reference`). The
+hardware part of the spec is the scenario's (what NVML would report). An agent runs where its
+Node is: a Devices whose Node is gone has no agent writing it.
 """
 
 from __future__ import annotations
 
+from functions.agent.agent import owner_reference
 from functions.agent.allocations import allocations
 from functions.simulate import kube
 from functions.simulate.client import Client
@@ -23,6 +26,12 @@ class Agents:
         pods = self.api.list("Pod")
         for devices in self.api.list("Devices"):
             node = devices["metadata"]["name"]
+            found = self.api.get("Node", node)
+            if found is None:
+                continue
+            owners = [owner_reference(node, found["metadata"]["uid"])]
+            if devices["metadata"].get("ownerReferences") != owners:
+                self.api.merge_patch("Devices", node, {"metadata": {"ownerReferences": owners}})
             on_node = {kube.pod_key(p): p for p in pods if p["spec"].get("nodeName") == node}
             spec = devices.setdefault("spec", {})
             rows = allocations(

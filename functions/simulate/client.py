@@ -25,6 +25,13 @@ class Client:
     def list(self, kind: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(obj) for obj in self.api.store.list(kind)]
 
+    def owned(self) -> list[dict[str, Any]]:
+        """Every object with owner references, of every kind (the garbage collector's view)."""
+        found = (self.api.store.get(k.kind, k.name, k.namespace) for k in self.api.store)
+        return [
+            copy.deepcopy(obj) for obj in found if obj and obj["metadata"].get("ownerReferences")
+        ]
+
     def apply(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
         """Create or update; returns what was stored (with the API server's defaults).
         `strict`: an unknown field is refused, not pruned (`ApiServer.create`)."""

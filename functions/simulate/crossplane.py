@@ -9,7 +9,10 @@
   applied (fields this manager set before and not now go; other managers' fields stay; a field
   the kind's schema lacks fails the apply, as SSA's typed patch does, where a plain write would
   prune it), labelled with the composite and its composition-resource-name, in a namespaced
-  composite's own namespace. One the API server refuses as invalid is left unsynced (a Warning
+  composite's own namespace, with the composite as its controller owner reference (so the
+  garbage collector deletes it with the composite). Owner references merge by uid, so an
+  object another composite controls (one of a deleted composite's, not yet collected) is
+  refused as invalid: two controllers. One the API server refuses as invalid is left unsynced (a Warning
   event, and `Synced=False`, "Unsynced resources: …") while the rest are applied; any other
   refusal fails the reconcile.
 - RBAC: Crossplane reaches only what its service account may — its own XRD kinds, plus what the
@@ -104,7 +107,10 @@ class Crossplane:
         }
         self.xrds = {doc["spec"]["names"]["kind"]: doc for doc in _documents(api_dir / "xrds")}
         self.rbac = Rbac.of(_documents(api_dir / "rbac"), self.xrds.values())
-        self.owned: dict[Key, dict[str, Key]] = {}  # composite → composition-resource-name → object
+        # composite → composition-resource-name → object: its resource references, which live
+        # in the composite (spec.crossplane.resourceRefs), so one made again starts with none
+        self.owned: dict[Key, dict[str, Key]] = {}
+        self.uids: dict[Key, str] = {}  # the composite each entry of `owned` is of
         self.applied: dict[Key, dict[str, Any]] = {}  # what a composite last applied to each object
         self.results: dict[Key, list[fnv1.Result]] = {}
         self.events: dict[Key, list[str]] = {}  # Crossplane's own Warning events, by composite
@@ -113,6 +119,8 @@ class Crossplane:
         return {kind for kind, xrd in self.xrds.items() if xrd["spec"].get("scope") == "Namespaced"}
 
     def run(self) -> None:
+        for key in [key for key in self.owned if key not in self.api.api.store]:
+            del self.owned[key], self.uids[key]  # the garbage collector takes what it composed
         for key in self.api.api.store:
             if key.kind in self.compositions and key in self.api.api.store:
                 self.reconcile(key)
@@ -121,6 +129,8 @@ class Crossplane:
         composite = self.api.get(key.kind, key.name, key.namespace)
         if composite is None:
             return
+        if self.uids.get(key) != composite["metadata"].get("uid"):  # another composite: no refs
+            self.owned[key], self.uids[key] = {}, composite["metadata"].get("uid")
         owned = self.owned.setdefault(key, {})
         observed = {
             n: o for n, k in owned.items() if (o := self.api.get(k.kind, k.name, k.namespace))
@@ -221,6 +231,7 @@ class Crossplane:
             metadata["namespace"] = owner.namespace
         metadata.setdefault("labels", {})[COMPOSITE] = root
         metadata.setdefault("annotations", {})[RESOURCE_NAME] = name
+        metadata["ownerReferences"] = [self.controller_reference(owner)]
         for verb in COMPOSE_VERBS:
             self.rbac.check(
                 desired["apiVersion"], desired["kind"], verb, metadata.get("namespace", "")
@@ -234,12 +245,22 @@ class Crossplane:
         self.api.apply(desired, strict=True)  # SSA refuses a field the schema lacks
         self.applied[key] = applied
 
+    def controller_reference(self, owner: Key) -> dict[str, Any]:
+        """`meta.AsController`: the composite, by uid, as the composed resource's controller."""
+        composite = self.api.get(owner.kind, owner.name, owner.namespace) or {}
+        return {
+            "apiVersion": composite.get("apiVersion", ""),
+            "kind": owner.kind,
+            "name": owner.name,
+            "uid": composite.get("metadata", {}).get("uid", ""),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
     def delete(self, key: Key) -> None:
-        """Delete an object and, as the garbage collector does, what it owns."""
+        """Delete an object; the garbage collector deletes what it owns."""
         self.api.delete(key.kind, key.name, key.namespace)
         self.applied.pop(key, None)
-        for child in self.owned.pop(key, {}).values():
-            self.delete(child)
 
     def unsynced(
         self, composite: dict[str, Any], message: str, sent: Iterable[Mapping[str, str]] = ()
@@ -287,6 +308,12 @@ def _server_side_apply(
     result = copy.deepcopy(dict(existing))
     _drop(result, previous, desired)
     _merge(result, {k: v for k, v in desired.items() if k != "status"})
+    references = {
+        ref["uid"]: ref for ref in existing.get("metadata", {}).get("ownerReferences", [])
+    }
+    references |= {ref["uid"]: ref for ref in desired["metadata"].get("ownerReferences", [])}
+    if references:  # a list merged by uid, as its schema says (`listMapKey: uid`)
+        result["metadata"]["ownerReferences"] = list(references.values())
     return result
 
 

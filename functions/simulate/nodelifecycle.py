@@ -31,6 +31,9 @@ What each does, as Kubernetes documents it (docs/reliability.md, "Node loss"):
   once; an unreachable one never does, and the Pod stays Terminating until the Pod garbage
   collector force-deletes it: when its node is deleted, or carries the
   `node.kubernetes.io/out-of-service` taint while not Ready.
+- The Pod garbage collector also deletes a Pod bound to a node that does not exist (a node a
+  cluster autoscaler removed), Terminating or not (`gcOrphaned`): once the node has been missing
+  for its 40 s quarantine (`quarantineTime`), the Pod is marked Failed and force-deleted.
 
 The simulated cluster has no clock. This stand-in keeps one: it starts at 0 and moves only when
 the scenario says time passes (`sleep SECONDS` in a step, `NodeLifecycle.sleep`). Taints are
@@ -58,6 +61,7 @@ DEFAULT_TOLERATION_SECONDS = (
     300  # kube-apiserver's --default-not-ready/unreachable-toleration-seconds
 )
 DEFAULT_GRACE_SECONDS = 30  # a Pod's terminationGracePeriodSeconds when it sets none
+ORPHAN_QUARANTINE_SECONDS = 40  # the Pod garbage collector's quarantineTime
 EPOCH = datetime.datetime.fromisoformat(kube.TRANSITION_TIME.replace("Z", "+00:00"))
 TAINTING, HALTED, UNTAINTING = "tainting", "halted", "untainting"  # a zone's NoExecute tainting
 UNHEALTHY_ZONE_THRESHOLD = 0.55  # --unhealthy-zone-threshold
@@ -73,6 +77,7 @@ class NodeLifecycle:
         self.api = api
         self.clock = 0.0  # seconds since the scenario started
         self.tainted_since: dict[str, float] = {}  # Pod → when it was first on a tainted node
+        self.missing_since: dict[str, float] = {}  # node a Pod is bound to → when first missing
         api.api.mutators.append(Mutator("DefaultTolerationSeconds", "Pod", admit))
 
     def sleep(self, seconds: float) -> None:
@@ -161,13 +166,28 @@ class NodeLifecycle:
     # --- the kubelet's confirmation, and the Pod garbage collector ----------------------------
 
     def collect(self, pods: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]) -> None:
-        """Pods marked for deletion are gone once confirmed or force-deleted (module docstring)."""
+        """Pods marked for deletion are gone once confirmed or force-deleted, and Pods on a node
+        missing past the quarantine are force-deleted (module docstring)."""
+        orphaned = self.deleted_nodes(pods, nodes)
         for pod in pods:
-            if "deletionTimestamp" not in pod["metadata"]:
-                continue
-            node = nodes.get(pod["spec"].get("nodeName", ""))
-            if node is None or _confirmed(node):
+            name = pod["spec"].get("nodeName", "")
+            node = nodes.get(name)
+            if name in orphaned or (
+                "deletionTimestamp" in pod["metadata"] and (node is None or _confirmed(node))
+            ):
                 self.api.delete("Pod", pod["metadata"]["name"], pod["metadata"]["namespace"])
+
+    def deleted_nodes(
+        self, pods: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
+    ) -> set[str]:
+        """The nodes Pods are bound to that have been missing for the quarantine."""
+        missing = {p["spec"].get("nodeName") for p in pods} - set(nodes) - {None, ""}
+        self.missing_since = {n: self.missing_since.get(n, self.clock) for n in missing}
+        return {
+            name
+            for name, since in self.missing_since.items()
+            if self.clock >= since + ORPHAN_QUARANTINE_SECONDS
+        }
 
     def now(self, later: float) -> str:
         moment = EPOCH + datetime.timedelta(seconds=self.clock + later)

@@ -438,7 +438,27 @@ def _metadata_errors(
         errors += _name_errors(str(metadata["namespace"]), "label", _child(path, "namespace"))
     errors += _labels_errors(metadata.get("labels") or {}, _child(path, "labels"))
     errors += _annotations_errors(metadata.get("annotations") or {}, _child(path, "annotations"))
-    return errors
+    return errors + _owner_errors(
+        metadata.get("ownerReferences") or [], _child(path, "ownerReferences")
+    )
+
+
+def _owner_errors(references: list[Any], path: str) -> list[FieldError]:
+    """`ValidateOwnerReferences`: at most one reference is the controller."""
+    controllers = [
+        f"{ref.get('kind')}/{ref.get('name')}"
+        for ref in references
+        if isinstance(ref, dict) and ref.get("controller") is True
+    ]
+    return [
+        invalid(
+            path,
+            references,
+            'Only one reference can have Controller set to true. Found "true" in references '
+            f"for {controllers[0]} and {other}",
+        )
+        for other in controllers[1:]
+    ]
 
 
 def _labels_errors(labels: Mapping[str, Any], path: str) -> list[FieldError]:

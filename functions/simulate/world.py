@@ -1,7 +1,8 @@
 """The simulated cluster: an API server, Crossplane running the real function, and stand-ins for
 the controllers around it, settling round by round.
 
-Each round, in the order a real cluster would get there: Crossplane reconciles every composite;
+Each round, in the order a real cluster would get there: Crossplane reconciles every composite,
+and the garbage collector deletes what lost its owners;
 NFD labels the nodes, and the GPU Operator (where a ClusterPolicy installs it) by NFD's labels,
 then its GPU feature discovery by the nodes' cards;
 storage binds claims; KubeVirt starts launchers; Kueue gates, admits and accounts; the
@@ -27,6 +28,7 @@ from functions.simulate.apiserver import ApiServer
 from functions.simulate.client import Client
 from functions.simulate.crossplane import Crossplane
 from functions.simulate.deviceplugin import GpustackPlugin
+from functions.simulate.garbagecollector import GarbageCollector
 from functions.simulate.gfd import GpuFeatureDiscovery
 from functions.simulate.gpuoperator import GpuOperator
 from functions.simulate.hami import HamiPlugin
@@ -73,6 +75,7 @@ class World:
         self.api.clock = lambda: lifecycle.now(0)  # the cluster's one clock
         self.controllers: list[Any] = [
             self.crossplane,
+            GarbageCollector(client),
             lifecycle,
             Nfd(client),
             GpuOperator(client),  # labels by NFD's labels
