@@ -763,3 +763,23 @@ def test_the_garbage_collector_deletes_what_lost_every_owner_and_only_that():
     api.delete("Node", "b")
     collect()
     assert [cm["metadata"]["name"] for cm in api.store.list("ConfigMap")] == ["of-none"]
+
+
+def test_an_object_has_one_controller_at_most():
+    """`ValidateOwnerReferences`: what Crossplane's server-side apply meets when another
+    composite of the same name still controls the object it composes."""
+    api = ApiServer(Store())
+    old, new = (
+        {"apiVersion": "v1", "kind": "Node", "name": "a", "uid": uid, "controller": True}
+        for uid in ("1", "2")
+    )
+    api.create(config_map("c", owners=[old]))
+    with pytest.raises(Refused) as refused:
+        api.update(config_map("c", owners=[old, new]))
+    assert refused.value.reason == INVALID
+    assert (
+        'metadata.ownerReferences: Invalid value: [{"apiVersion":"v1","kind":"Node","name":"a",'
+        '"uid":"1","controller":true},{"apiVersion":"v1","kind":"Node","name":"a","uid":"2",'
+        '"controller":true}]: Only one reference can have Controller set to true. Found "true" '
+        "in references for Node/a and Node/a"
+    ) in str(refused.value)

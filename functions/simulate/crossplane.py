@@ -12,9 +12,9 @@
   composite's own namespace, with the composite as its controller owner reference (so the
   garbage collector deletes it with the composite). Owner references merge by uid, so an
   object another composite controls (one of a deleted composite's, not yet collected) is
-  refused as invalid: two controllers. One the API server refuses as invalid is left unsynced (a Warning
-  event, and `Synced=False`, "Unsynced resources: …") while the rest are applied; any other
-  refusal fails the reconcile.
+  refused as invalid: two controllers. One the API server refuses as invalid is left unsynced
+  (a Warning event, and `Synced=False`, "Unsynced resources: …") while the rest are applied;
+  any other refusal fails the reconcile.
 - RBAC: Crossplane reaches only what its service account may — its own XRD kinds, plus what the
   package's ClusterRole (aggregated into Crossplane's) grants. Fetching a required resource
   needs get (by name) or list; composing needs get, list, watch, patch and delete. A gap fails
