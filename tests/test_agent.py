@@ -604,6 +604,47 @@ def test_a_silent_api_server_fails_the_call_within_its_timeout():
             assert "timed out" in str(failed.value).lower()
 
 
+def test_the_agent_reads_its_nodes_uid_and_cpu_capacity_from_the_api_server():
+    """What the real client makes of a Node as kube-apiserver serves it: its uid, for the
+    Devices' owner reference, and its CPU capacity rounded up."""
+    import http.server
+    import json
+    import threading
+
+    import kubernetes
+
+    from functions.agent.agent import KubernetesApi
+
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-a", "uid": NODE_UID},
+        "status": {"capacity": {"cpu": "3500m", "memory": "16Gi"}},
+    }
+
+    class ApiServer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            found = self.path == "/api/v1/nodes/node-a"
+            body = json.dumps(node if found else {"kind": "Status", "code": 404}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ApiServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host = f"http://127.0.0.1:{server.server_address[1]}"
+        api = KubernetesApi(5, kubernetes.client.Configuration(host=host))
+        assert api.node_facts("node-a") == NodeFacts(NODE_UID, 4)
+    finally:
+        server.shutdown()
+
+
 def test_a_silent_kubelet_fails_the_call_within_its_timeout(tmp_path):
     import grpc
 
