@@ -263,6 +263,10 @@ def test_a_devices_its_node_does_not_own_is_left_out_once_the_node_is_gone():
         "node-t4-a   true      intel-xeon-platinum-8259cl   nvidia-tesla-t4 1/1",
         "node-t4-b   false     intel-xeon-platinum-8259cl   nvidia-tesla-t4 1/1",
     ]
+    wide = world.table("Devices", wide=True).splitlines()  # kubectl get devices -o wide
+    assert wide[0].split() == ["NAME", "MANAGED", "CPU", "ACCELERATORS", "LEFT-OUT"]
+    assert wide[1].endswith("nvidia-tesla-t4 1/1")
+    assert wide[2].endswith(f"nvidia-tesla-t4 1/1   {why}")
     assert t4_quota(world) == "1600k"
 
 

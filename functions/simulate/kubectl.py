@@ -1,4 +1,5 @@
-"""What `kubectl get <kind>` prints: NAME plus the XRD's printer columns, through kubectl's
+"""What `kubectl get <kind>` prints: NAME plus the XRD's printer columns (those of a priority
+above 0 only with `-o wide`), through kubectl's
 tab writer (k8s.io/cli-runtime/pkg/printers/tabwriter.go: Go's text/tabwriter with minimum
 cell width 6 and padding 3, blanks as padding; the last cell of a line is not padded). Lines
 are printed without trailing blanks, as the walkthrough's tables are."""
@@ -14,8 +15,11 @@ TABWRITER_MIN_WIDTH, TABWRITER_PADDING = 6, 3
 _PATH_PART = re.compile(r"\.([A-Za-z0-9_]+)|\['((?:[^'\\]|\\.)*)'\]")
 
 
-def table(objects: Iterable[Mapping[str, Any]], xrd: Mapping[str, Any] | None) -> str:
+def table(
+    objects: Iterable[Mapping[str, Any]], xrd: Mapping[str, Any] | None, wide: bool = False
+) -> str:
     columns = xrd["spec"]["versions"][0].get("additionalPrinterColumns", []) if xrd else []
+    columns = [c for c in columns if wide or not c.get("priority", 0)]
     rows = [
         [obj["metadata"]["name"], *(cell(obj, c["jsonPath"]) for c in columns)]
         for obj in sorted(objects, key=lambda o: o["metadata"]["name"])

@@ -132,8 +132,8 @@ class World:
 
     # --- what kubectl prints ------------------------------------------------------------------
 
-    def table(self, kind: str) -> str:
-        return kubectl.table(self.list(kind), self.crossplane.xrds.get(kind))
+    def table(self, kind: str, wide: bool = False) -> str:
+        return kubectl.table(self.list(kind), self.crossplane.xrds.get(kind), wide)
 
 
 def world_from(
