@@ -1,8 +1,8 @@
 """What `kubectl get <kind>` prints: NAME plus the XRD's printer columns (those of a priority
-above 0 only with `-o wide`), through kubectl's
-tab writer (k8s.io/cli-runtime/pkg/printers/tabwriter.go: Go's text/tabwriter with minimum
-cell width 6 and padding 3, blanks as padding; the last cell of a line is not padded). Lines
-are printed without trailing blanks, as the walkthrough's tables are."""
+above 0 only with `-o wide`), through kubectl's tab writer
+(k8s.io/cli-runtime/pkg/printers/tabwriter.go: Go's text/tabwriter with minimum cell width 6
+and padding 3, blanks as padding; the last cell of a line is not padded). Lines are printed
+without trailing blanks, as the walkthrough's tables are."""
 
 from __future__ import annotations
 
