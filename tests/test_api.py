@@ -115,7 +115,7 @@ def test_the_legacy_set_is_what_tools_legacy_writes():
 
 def test_legacy_tenant_kinds_are_claims():
     instance = documents(ROOT / "compositions" / "legacy" / "xrds" / "instance.yaml")[0]
-    assert instance["spec"]["scope"] == "LegacyCluster"
+    assert "scope" not in instance["spec"]  # 1.x has none; 2.x defaults a v1 XRD to LegacyCluster
     assert instance["spec"]["names"]["kind"] == "XInstance"
     assert instance["spec"]["claimNames"] == {
         "kind": "Instance",

@@ -1,8 +1,11 @@
-"""Write compositions/legacy/ from the v2 API: v1 XRDs (LegacyCluster) for Crossplane 1.x.
+"""Write compositions/legacy/ from the v2 API: v1 XRDs with claims, for Crossplane 1.x.
 
 Namespaced kinds become a cluster-scoped XR `X<Kind>` with a claim `<Kind>` for tenants; the
-others keep their kind. Run `make legacy` after changing compositions/xrds or pipelines; a test
-checks the committed files are what this writes.
+others keep their kind. The XRDs name no `scope`: Crossplane 1.x's XRD has no such field (every
+v1 XR is cluster-scoped and claimable), so strict validation would refuse it there, and 2.x
+defaults a v1 XRD's scope to LegacyCluster. Run `make legacy` after changing compositions/xrds
+or pipelines; tests check the committed files are what this writes and that Crossplane 1.17,
+1.20 and 2.x accept them (tests/test_crossplane_versions.py).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ def legacy_xrd(xrd: dict) -> dict:
             spec["claimNames"]["shortNames"] = names.pop("shortNames")
         names["kind"], names["plural"] = f"X{kind}", f"x{plural}"
         xrd["metadata"]["name"] = f"x{plural}.{spec['group']}"
-    spec["scope"] = "LegacyCluster"
     return xrd
 
 
