@@ -1,7 +1,8 @@
 """`make schemas`: fetch the pinned upstream schemas into .schemas-cache (needs internet).
 
-Reads the download table of a SOURCES.md (URL and sha256 per file) and verifies every file.
-Tests look in $GPUSTACK_SCHEMAS, then ../shared/schemas, then .schemas-cache.
+Reads the download table of tools/SOURCES.md (path, URL and sha256 per file) and verifies every
+file; a path may name a subfolder (`crossplane-1.x/`, `gpu-operator/`), laid out as in
+../shared/schemas. Tests look in $GPUSTACK_SCHEMAS, then ../shared/schemas, then .schemas-cache.
 """
 
 from __future__ import annotations
@@ -53,11 +54,19 @@ EXTRACT = {
 }
 
 
+def rows() -> list[re.Match[str]]:
+    """The download table's rows, in order."""
+    return [m for line in SOURCES.read_text().splitlines() if (m := ROW.match(line))]
+
+
 def main() -> int:
     CACHE.mkdir(exist_ok=True)
-    rows = [m for line in SOURCES.read_text().splitlines() if (m := ROW.match(line))]
-    for row in rows:
-        data = urllib.request.urlopen(row["url"], timeout=60).read()
+    for row in rows():
+        try:
+            data = urllib.request.urlopen(row["url"], timeout=60).read()
+        except OSError as error:  # URLError and timeouts are OSErrors
+            print(f"{row['file']}: cannot fetch {row['url']}: {error}", file=sys.stderr)
+            return 1
         if row["file"] in EXTRACT:
             data = EXTRACT[row["file"]](data.decode())
         digest = hashlib.sha256(data).hexdigest()
@@ -71,6 +80,7 @@ def main() -> int:
             print(
                 f"{row['file']}: extracted; sha256 differs from the reference copy", file=sys.stderr
             )
+        (CACHE / row["file"]).parent.mkdir(parents=True, exist_ok=True)
         (CACHE / row["file"]).write_bytes(data)
         print(f"fetched {row['file']}")
     (CACHE / "SOURCES.md").write_text(SOURCES.read_text())
