@@ -25,7 +25,6 @@ PACKAGE = ROOT / "package"
 AGENT = ROOT / "compositions" / "agent"
 INSTALL = ROOT / "examples" / "install"
 WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
-NFD_NVIDIA = "feature.node.kubernetes.io/pci-10de.present"
 CROSSPLANE_METRICS_PORT = 8080  # the `metrics` port Crossplane declares on function pods
 VERSION = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), re.M)[1]
 PACKAGE_REF = f"ghcr.io/gpustack/function-gpustack:v{VERSION}"
@@ -89,46 +88,7 @@ def test_one_package_reference_everywhere_at_the_projects_version():
 # --- the agent's DaemonSets ---------------------------------------------------------------------
 
 
-@dataclass
-class Placement:
-    name: str
-    file: str
-    runtime_class: str | None
-    node_selector: dict | None
-    affinity: list | None
-
-
-PLACEMENTS = [
-    Placement(
-        "GPU nodes: NFD's NVIDIA PCI label, with the nvidia runtime class",
-        "daemonset-gpu.yaml",
-        "nvidia",
-        {NFD_NVIDIA: "true"},
-        None,
-    ),
-    Placement(
-        "every other node: without the label, and without the runtime class",
-        "daemonset-cpu.yaml",
-        None,
-        None,
-        [{"matchExpressions": [{"key": NFD_NVIDIA, "operator": "DoesNotExist"}]}],
-    ),
-]
-
-
-@pytest.mark.parametrize("case", PLACEMENTS, ids=lambda c: c.name)
-def test_the_agent_runs_on_every_node_once(case):
-    pod = one(AGENT / case.file)["spec"]["template"]["spec"]
-    assert pod.get("runtimeClassName") == case.runtime_class
-    assert pod.get("nodeSelector") == case.node_selector
-    terms = (
-        pod.get("affinity", {})
-        .get("nodeAffinity", {})
-        .get("requiredDuringSchedulingIgnoredDuringExecution", {})
-        .get("nodeSelectorTerms")
-    )
-    assert terms == case.affinity
-    assert pod["tolerations"] == [{"operator": "Exists"}]  # tainted GPU nodes too
+# Which nodes each DaemonSet selects, and its runtime class: tests/test_install.py.
 
 
 def daemonsets() -> list[dict]:
