@@ -221,12 +221,12 @@ def agent(
 
     from crossplane.function import logging
 
-    from functions import metrics
+    from functions import logs, metrics
     from functions.agent.agent import Agent, KubernetesApi, run_until_stopped
     from functions.agent.nvml import FakeNvml, PynvmlBackend
     from functions.agent.podresources import list_devices
 
-    logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    logs.configure(logs.Level.DEBUG if debug else logs.Level.INFO)
     nvml = FakeNvml.from_file(nvml_fixture) if nvml_fixture else PynvmlBackend()
     node_agent = Agent(
         node_name,

@@ -14,7 +14,9 @@ RunFunctionResponse, keeping the protocol's promises (DESIGN §5) in one place:
   here, and a Fatal for a namespaced match by name, which it cannot serve;
 - bad input (`InputError`, or a Fatal the handler returns) becomes a Fatal result naming the
   field, and nothing composed earlier is dropped; any other exception becomes a Fatal result
-  naming the handler (the traceback goes to the log, never into a result);
+  naming the handler, the exception's type and where it was raised — never its message, and
+  the log gets its frames but no local variable (functions/logs.py: a request may hold a
+  license token);
 - the composite is checked before any handler reads it: without a `metadata` object or a
   `metadata.name` it is refused naming the field, so no handler composes objects with empty
   names. `metadata.uid` must be a string when present; its absence is legal, because
@@ -44,7 +46,7 @@ from google.protobuf import struct_pb2
 from google.protobuf.internal import api_implementation
 from google.protobuf.message import DecodeError
 
-from functions import wire
+from functions import logs, wire
 from functions.handlers.base import Handler, InputError, Request, RequiredStrings, Requirement
 from functions.handlers.desired import Desired, Severity
 from functions.views import ListView, ShapeError, View, message_of, plain, view_of
@@ -283,10 +285,19 @@ def run(
     except RecursionError:
         return refuse(req, too_deep(req, required), handler.ttl)
     except Exception as error:  # the frame's promise: a result, never a raised exception
-        logging.get_logger().exception("handler failed", handler=handler.name, tag=req.meta.tag)
-        return refuse(
-            req, f"{handler.name} handler failed: {type(error).__name__}: {error}", handler.ttl
-        )
+        return refuse(req, internal_failure(handler.name, req.meta.tag, error), handler.ttl)
+
+
+def internal_failure(handler: str, tag: str, error: Exception) -> str:
+    """Log an exception a handler raised, and the Fatal result's message: its type and where it
+    was raised, never its message or the data it was raised on (functions/logs.py): a
+    request may hold a license token, and an exception's message may quote what it read."""
+    details = logs.failure(error)
+    logging.get_logger().error("handler failed", handler=handler, tag=tag, **details)
+    return (
+        f"{handler} handler failed: {details['error']} at {details['at']}; this is a bug in "
+        "function-gpustack — the function's log has the trace (by this request's tag)"
+    )
 
 
 def check_composite(request: Request, handler: Handler) -> None:

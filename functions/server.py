@@ -47,7 +47,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from functions import frame, memory, metrics, wire
+from functions import frame, logs, memory, metrics, wire
 from functions.handlers import HANDLERS
 from functions.views import view_of
 
@@ -122,7 +122,7 @@ class Workers:
 def _worker_started(debug: bool) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    logs.configure(logs.Level.DEBUG if debug else logs.Level.INFO)
     memory.leave_startup_objects(collect=False)
 
 
@@ -334,7 +334,7 @@ def serve_with(
     grace_period: float = DEFAULT_GRACE_SECONDS,
 ) -> None:
     """Serve with the SDK's standard options (sizes in MB, as the SDK's CLI takes them)."""
-    logging.configure(level=logging.Level.DEBUG if debug else logging.Level.INFO)
+    logs.configure(logs.Level.DEBUG if debug else logs.Level.INFO)
     readiness = Readiness()
     if metrics_address:
         metrics.function_metrics()  # the families show from the first scrape on
