@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from functions.core import names, presets, quantity
+from functions.core.columns import kubectl_table as kubectl_table  # printed through by the CLI
 from functions.core.devices import DevicesSpec
 from functions.core.pools import (
     GroupFacts,
@@ -88,22 +89,6 @@ def unit_display(spec: dict) -> str:
     """The UNIT(CPU/RAM)/STORAGE column: `8/64Gi/100Gi`."""
     unit = spec.get("unitResources") or {}
     return f"{unit.get('cpu', '')}/{unit.get('ram', '')}/{spec.get('localStorage', '')}"
-
-
-KUBECTL_MIN_WIDTH = 6  # kubectl's tab writer: a column is at least this wide, padding included
-
-
-def kubectl_table(headers: list[str], rows: Iterable[list[str]]) -> str:
-    """Columns as `kubectl get` prints them: left-aligned, three spaces apart, each at least
-    six wide."""
-    rows = [headers, *rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
-    widths = [max(width, KUBECTL_MIN_WIDTH - 3) for width in widths]
-    lines = [
-        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in rows
-    ]
-    return "\n".join(line.rstrip() for line in lines)
 
 
 INSTANCE_TYPE_COLUMNS = [
