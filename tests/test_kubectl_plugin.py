@@ -225,29 +225,6 @@ def test_a_node_the_handler_has_not_published_yet_reads_unknown(tmp_path):
     assert kubectl_gpustack("nodes", "-f", str(tmp_path)).splitlines()[1:] == []
 
 
-def test_without_files_it_lists_devices_through_the_kubernetes_client(monkeypatch):
-    import kubernetes
-
-    asked = []
-
-    def in_cluster():
-        raise kubernetes.config.ConfigException("not in a cluster")
-
-    def listing(self, group, version, plural):
-        asked.append((group, version, plural))
-        return {
-            "apiVersion": f"{group}/{version}",
-            "kind": "DevicesList",
-            "items": fixture_objects(),
-        }
-
-    monkeypatch.setattr(kubernetes.config, "load_incluster_config", in_cluster)
-    monkeypatch.setattr(kubernetes.config, "load_kube_config", lambda **_: None)
-    monkeypatch.setattr(kubernetes.client.CustomObjectsApi, "list_cluster_custom_object", listing)
-    assert kubectl_gpustack("cards") == kubectl_gpustack("cards", "-f", str(AFTER_SECTION_3))
-    assert asked == [("worker.gpustack.ai", "v1alpha1", "devices")]
-
-
 # --- MIG ----------------------------------------------------------------------------------------
 
 
@@ -346,7 +323,7 @@ if __name__ == "__main__":
 def test_tables_are_laid_out_as_kubectls_tab_writer_lays_them_out(rows, printed):
     """The plugin's tables (the product's) and the simulated kubectl's (from cli-runtime's tab
     writer: minimum width 6, padding 3) agree, each written on its own."""
-    from functions.core.catalog import kubectl_table
+    from functions.core.columns import kubectl_table
     from functions.simulate.kubectl import tabwritten
 
     assert tabwritten(rows) == printed

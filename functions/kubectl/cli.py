@@ -1,18 +1,36 @@
 """`kubectl gpustack nodes|cards`: the command, and where the Devices objects come from.
 
-Installed as the console script `kubectl-gpustack`, which kubectl finds on PATH and runs for
-`kubectl gpustack ...` (a krew-style plugin). The objects come from the cluster through the
-official client (in-cluster config, else kubeconfig, as the agent's `KubernetesApi`), or, with
-`-f`, from YAML or JSON files: single objects, multi-document streams, or `kind: List` (what
-`kubectl get devices -o yaml` prints); a directory reads its `.yaml`, `.yml` and `.json` files.
-Objects that are not Devices are ignored; Devices that cannot be read are skipped and named on
-stderr.
+Installed as the console script `kubectl-gpustack` (pip), or by krew from the archive `make
+package` builds (functions/kubectl/krew.py); kubectl finds it on PATH and runs it for `kubectl
+gpustack ...`.
+
+The cluster is read through kubectl itself: `kubectl get --raw` of the Devices collection, with
+the `--kubeconfig` and `--context` given and the environment as it is. **Decision:** kubectl,
+not a client library, so the plugin finds its cluster exactly as kubectl does — `--kubeconfig`,
+else every file of `$KUBECONFIG` merged, else `~/.kube/config`, and the in-cluster config only
+where none of them is found — with every credential kubectl knows (client certificates, tokens,
+exec plugins), and so the plugin needs nothing compiled: one archive serves every platform.
+kubectl runs the plugin, so kubectl is there.
+
+The global flags `--kubeconfig`, `--context` and `-o` go before the subcommand or after it, as
+kubectl's do; given in both places, the later one wins (as kubectl's flags do). With `-f`, the
+objects come from YAML or JSON files instead: single objects, multi-document streams, or `kind:
+List` (what `kubectl get devices -o yaml` prints); a directory reads its `.yaml`, `.yml` and
+`.json` files. Objects that are not Devices are ignored; Devices that cannot be read are skipped
+and named on stderr.
+
+Whatever fails — a bad kubeconfig, an unknown context, an unreachable server, a file that is not
+YAML — ends in one line on stderr, `Error: ...` (kubectl's own words where kubectl failed), and
+exit status 1; never a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +41,46 @@ from functions.kubectl import tables
 from functions.kubectl.fleet import Fleet, fleet_of
 
 GROUP, VERSION, PLURAL = "worker.gpustack.ai", "v1alpha1", "devices"
+DEVICES_PATH = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 SUFFIXES = (".yaml", ".yml", ".json")
+OUTPUTS = ("table", "wide", "json")
 
 
-def source_options(command):
+@dataclass(frozen=True)
+class Flags:
+    """The global flags, wherever they were given."""
+
+    kubeconfig: Path | None = None
+    context: str | None = None
+    output: str | None = None
+
+    def then(self, later: Flags) -> Flags:
+        """These flags, overridden by those given later on the command line."""
+        return Flags(
+            later.kubeconfig or self.kubeconfig,
+            later.context or self.context,
+            later.output or self.output,
+        )
+
+
+def global_flags(command):
+    """kubectl's flags that this plugin takes, on the group and on each subcommand alike."""
     command = click.option(
         "-o",
         "--output",
-        type=click.Choice(["table", "wide", "json"]),
-        default="table",
-        help="wide: more columns; json: every figure, for scripts.",
+        type=click.Choice(OUTPUTS),
+        help="table (the default); wide: more columns; json: every figure, for scripts.",
     )(command)
-    command = click.option(
+    command = click.option("--context", help="The kubeconfig context to use.")(command)
+    return click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="The kubeconfig file to use (else $KUBECONFIG, else ~/.kube/config).",
+    )(command)
+
+
+def files_option(command):
+    return click.option(
         "-f",
         "--filename",
         "files",
@@ -42,35 +88,44 @@ def source_options(command):
         multiple=True,
         help="Read Devices from this file or directory instead of the cluster (repeatable).",
     )(command)
-    command = click.option("--context", help="The kubeconfig context to use.")(command)
-    command = click.option(
-        "--kubeconfig", type=click.Path(path_type=Path), help="The kubeconfig file to use."
-    )(command)
-    return command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@global_flags
+@click.pass_context
+def main(ctx: click.Context, kubeconfig: Path | None, context: str | None, output: str | None):
     """The fleet's GPUs from the Devices objects: a cluster-wide nvidia-smi."""
+    ctx.obj = Flags(kubeconfig, context, output)
+
+
+def flags_of(ctx: click.Context, kubeconfig, context, output) -> Flags:
+    before = ctx.obj if isinstance(ctx.obj, Flags) else Flags()
+    return before.then(Flags(kubeconfig, context, output))
 
 
 @main.command()
-@source_options
-def nodes(files, output, context, kubeconfig) -> None:
+@global_flags
+@files_option
+@click.pass_context
+def nodes(ctx, files, kubeconfig, context, output) -> None:
     """Each node: managed, CPU, GPUs free/total per model, free shares, slices, partitions."""
-    fleet = load(files, context, kubeconfig)
-    if output == "json":
+    flags = flags_of(ctx, kubeconfig, context, output)
+    fleet = load(files, flags)
+    if flags.output == "json":
         click.echo(tables.nodes_json(fleet))
     else:
-        click.echo(tables.nodes_table(fleet, wide=output == "wide"))
+        click.echo(tables.nodes_table(fleet, wide=flags.output == "wide"))
 
 
 @main.command()
-@source_options
+@global_flags
+@files_option
 @click.option("--node", "node_names", multiple=True, help="Only this node's cards (repeatable).")
-def cards(files, output, context, kubeconfig, node_names) -> None:
+@click.pass_context
+def cards(ctx, files, kubeconfig, context, output, node_names) -> None:
     """Each card: product, mode, holders, free memory and cores, MIG layout."""
-    fleet = load(files, context, kubeconfig)
+    flags = flags_of(ctx, kubeconfig, context, output)
+    fleet = load(files, flags)
     if node_names:
         wanted = set(node_names)
         fleet = Fleet(
@@ -78,14 +133,14 @@ def cards(files, output, context, kubeconfig, node_names) -> None:
             tuple(c for c in fleet.cards if c.node in wanted),
             fleet.problems,
         )
-    if output == "json":
+    if flags.output == "json":
         click.echo(tables.cards_json(fleet))
     else:
-        click.echo(tables.cards_table(fleet, wide=output == "wide"))
+        click.echo(tables.cards_table(fleet, wide=flags.output == "wide"))
 
 
-def load(files: tuple[Path, ...], context: str | None, kubeconfig: Path | None) -> Fleet:
-    objects = from_files(files) if files else from_cluster(context, kubeconfig)
+def load(files: tuple[Path, ...], flags: Flags) -> Fleet:
+    objects = from_files(files) if files else from_cluster(flags.kubeconfig, flags.context)
     fleet = fleet_of(obj for obj in objects if obj.get("kind") == "Devices")
     for problem in fleet.problems:
         click.echo(f"warning: {problem}", err=True)
@@ -97,16 +152,21 @@ def load(files: tuple[Path, ...], context: str | None, kubeconfig: Path | None) 
     return fleet
 
 
-def from_files(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
+def from_files(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    found = []
     for path in paths:
         for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
             if file.is_file() and (file.suffix in SUFFIXES or not path.is_dir()):
-                yield from objects_in(file)
+                found.extend(objects_in(file))
+    return found
 
 
 def objects_in(file: Path) -> Iterator[dict[str, Any]]:
-    text = file.read_text()
-    documents = [json.loads(text)] if file.suffix == ".json" else yaml.safe_load_all(text)
+    try:
+        text = file.read_text()
+        documents = [json.loads(text)] if file.suffix == ".json" else list(yaml.safe_load_all(text))
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as error:
+        raise click.ClickException(one_line(f"{file}: {error}")) from None
     for document in documents:
         if not isinstance(document, dict):
             continue
@@ -116,26 +176,53 @@ def objects_in(file: Path) -> Iterator[dict[str, Any]]:
             yield document
 
 
-def from_cluster(context: str | None, kubeconfig: Path | None) -> list[dict[str, Any]]:
-    """Every Devices object, through the official client (in-cluster, else kubeconfig)."""
-    import kubernetes
+def kubectl_command(kubeconfig: Path | None, context: str | None) -> list[str]:
+    """What the plugin runs: kubectl's own flags only where they were given, so kubectl applies
+    its own precedence to the rest ($KUBECONFIG, ~/.kube/config, in-cluster)."""
+    command = ["kubectl", "get", "--raw", DEVICES_PATH]
+    if kubeconfig is not None:
+        command += ["--kubeconfig", str(kubeconfig)]
+    if context:
+        command += ["--context", context]
+    return command
 
-    try:
-        if context or kubeconfig:
-            raise kubernetes.config.ConfigException("a context or kubeconfig was named")
-        kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(
-            config_file=str(kubeconfig) if kubeconfig else None, context=context
-        )
-    api = kubernetes.client.CustomObjectsApi()
-    try:
-        listed = api.list_cluster_custom_object(GROUP, VERSION, PLURAL)
-    except kubernetes.client.ApiException as error:
+
+def from_cluster(kubeconfig: Path | None, context: str | None) -> list[dict[str, Any]]:
+    """Every Devices object, as kubectl lists them with these flags."""
+    command = kubectl_command(kubeconfig, context)
+    found = shutil.which(command[0])
+    if found is None:
         raise click.ClickException(
-            f"cannot list {PLURAL}.{GROUP}: {error.status} {error.reason}"
-        ) from error
-    return [item for item in listed.get("items", []) if isinstance(item, dict)]
+            "kubectl not found on PATH: the plugin reads the cluster through it "
+            "(or read Devices from files with -f)"
+        )
+    done = subprocess.run([found, *command[1:]], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise click.ClickException(kubectl_error(done.stderr, done.returncode))
+    try:
+        listed = json.loads(done.stdout)
+    except ValueError:
+        raise click.ClickException(
+            f"kubectl get --raw {DEVICES_PATH} printed no JSON list"
+        ) from None
+    items = listed.get("items") if isinstance(listed, dict) else None
+    return [item for item in items or [] if isinstance(item, dict)]
+
+
+def kubectl_error(stderr: str, code: int) -> str:
+    """kubectl's error as one line: its last line (kubectl says what failed last), without
+    its own `error: ` prefix; the Devices XRD named where the server has no such resource."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    if not lines:
+        return f"kubectl exited with status {code} and said nothing"
+    said = lines[-1].removeprefix("error: ")
+    if said.startswith("Error from server (NotFound)"):
+        said += f"; is the Devices XRD applied ({PLURAL}.{GROUP}, compositions/xrds/devices.yaml)?"
+    return said
+
+
+def one_line(message: str) -> str:
+    return " ".join(message.split())
 
 
 def run() -> None:
