@@ -60,15 +60,18 @@ soak: $(STAMP)
 
 # The runtime image (linux/amd64 and linux/arm64) and the Crossplane package, one xpkg per
 # architecture, embedding the runtime image from the local Docker cache (docs/packaging.md).
-# The package contents are validated first, with or without docker and the crossplane CLI.
+# The package contents are validated first, and the kubectl plugin's krew archive and manifest
+# (pure Python, docs/kubectl.md) built, with or without docker and the crossplane CLI.
 IMAGE     ?= ghcr.io/gpustack/function-gpustack
 VERSION   ?= v$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 ARCHES    ?= amd64 arm64
 OUTPUT    ?= _output
 VALIDATE  ?= $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_package.py
+KREW_MANIFEST ?= plugins/gpustack.yaml
 
 package: $(STAMP)
 	$(VALIDATE)
+	$(BIN)/python -m functions.kubectl.krew --version $(VERSION) --output $(OUTPUT) --manifest $(KREW_MANIFEST)
 	@missing=""; \
 	command -v docker >/dev/null || missing="$$missing\n  docker: not on PATH"; \
 	if command -v docker >/dev/null; then \
@@ -77,7 +80,7 @@ package: $(STAMP)
 	fi; \
 	command -v crossplane >/dev/null || missing="$$missing\n  the crossplane CLI: not on PATH (docs/packaging.md says how to install it)"; \
 	if [ -n "$$missing" ]; then \
-	  printf "make package: the package contents are valid, but the image and the xpkg were not built; missing:$$missing\n" >&2; \
+	  printf "make package: the package contents are valid and the krew plugin is built, but the image and the xpkg were not; missing:$$missing\n" >&2; \
 	  exit 2; \
 	fi
 	mkdir -p $(OUTPUT)

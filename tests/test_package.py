@@ -1,6 +1,7 @@
 """What we ship, as an installer meets it: the Function package's contents, one package reference
 across the manifests, the agent's DaemonSets, the runtime config and monitors, the CI workflow's
-layout, and `make package` saying what it lacks (docs/packaging.md, docs/operations.md).
+layout, and `make package` building the krew plugin and saying what it lacks (docs/packaging.md,
+docs/operations.md).
 
 Schema validation of these files is tests/test_api.py's; this file checks what schemas cannot:
 what belongs in the xpkg, and that the pieces fit each other. `make package` runs it first.
@@ -8,6 +9,7 @@ what belongs in the xpkg, and that the pieces fit each other. `make package` run
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -242,9 +244,13 @@ def test_make_package_validates_then_says_what_is_missing(case, tmp_path):
             bin_dir / "crossplane",
             WORKS + '\nfor a; do case "$a" in --package-file=*) touch "${a#*=}";; esac; done',
         )
+    manifest = tmp_path / "plugins" / "gpustack.yaml"
     result = subprocess.run(
         # -o: never reinstall the venv from here; VALIDATE: this test is the validation.
-        ["make", "-s", "-o", ".venv/.installed", "package", "VALIDATE=true", f"OUTPUT={output}"],
+        [
+            *["make", "-s", "-o", ".venv/.installed", "package", "VALIDATE=true"],
+            *[f"OUTPUT={output}", f"KREW_MANIFEST={manifest}"],
+        ],
         cwd=ROOT,
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(log), "HOME": str(tmp_path)},
         capture_output=True,
@@ -252,6 +258,10 @@ def test_make_package_validates_then_says_what_is_missing(case, tmp_path):
         timeout=60,
     )
     assert result.returncode == case.code, result.stderr
+    # The krew plugin needs none of the tools: its manifest names the archive's checksum.
+    archive = output / f"kubectl-gpustack-v{VERSION}.tar.gz"
+    [platform] = yaml.safe_load(manifest.read_text())["spec"]["platforms"]
+    assert platform["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
     if case.says:
         missing = result.stderr.split("missing:\n", 1)[1].splitlines()
         assert [line.strip() for line in missing if line.startswith("  ")] == case.says
