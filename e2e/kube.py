@@ -1,0 +1,107 @@
+"""The real kubectl, run against the control plane, and small helpers over its output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.binaries import binary
+
+
+class KubectlFailed(RuntimeError):
+    pass
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path):
+        self.kubeconfig = kubeconfig
+        self.path = str(binary("kubectl"))
+
+    def env(self) -> dict[str, str]:
+        # HOME is the run's folder: kubectl keeps its discovery cache under $HOME/.kube
+        return {"KUBECONFIG": str(self.kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(self.kubeconfig.parent)}
+
+    def __call__(
+        self, *args: str, stdin: str | None = None, cwd: Path | None = None, check: bool = True
+    ) -> str:
+        done = subprocess.run(
+            [self.path, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=self.env(),
+            timeout=300,
+        )
+        if check and done.returncode != 0:
+            raise KubectlFailed(f"kubectl {' '.join(args)}: {done.stderr.strip() or done.stdout}")
+        return done.stdout
+
+    @staticmethod
+    def kustomize(folder: Path) -> str:
+        """`kubectl kustomize`: a kustomization rendered as `kustomize build` renders it."""
+        done = subprocess.run(
+            [str(binary("kubectl")), "kustomize", str(folder)],
+            capture_output=True, text=True, check=True, timeout=300, env={"HOME": tempfile.gettempdir()},
+        )
+        return done.stdout
+
+    def apply(self, objects: Iterable[Mapping[str, Any]], server_side: bool = True) -> None:
+        text = yaml.safe_dump_all(list(objects))
+        args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
+        self(*args, stdin=text)
+
+    def get(self, kind: str, name: str = "", namespace: str = "") -> Any:
+        args = ["get", kind] + ([name] if name else []) + ["-o", "json"]
+        args += ["-n", namespace] if namespace else (["-A"] if not name else [])
+        found = json.loads(self(*args))
+        return found if name else found.get("items", [])
+
+    def token_kubeconfig(self, path: Path, server: str, ca: Path, account: str, namespace: str) -> Path:
+        """A kubeconfig that acts as a ServiceAccount, as the component's Pod would."""
+        token = self("create", "token", account, "-n", namespace, "--duration=48h").strip()
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+                    "users": [{"name": account, "user": {"token": token}}],
+                    "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": account, "namespace": namespace}}],
+                    "current-context": "e2e",
+                }
+            )
+        )
+        path.chmod(0o600)
+        return path
+
+    def wait(self, condition: str, targets: Sequence[str], timeout: str = "600s", namespace: str = "") -> None:
+        args = ["wait", f"--for={condition}", f"--timeout={timeout}", *targets]
+        self(*(args + (["-n", namespace] if namespace else [])))
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def eventually(what: str, check, timeout: float = 600.0, interval: float = 0.5):
+    """Poll `check` until it returns a truthy value; fail naming `what` and the last answer."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (KubectlFailed, KeyError, IndexError, TypeError) as error:
+            last = error
+        else:
+            if last:
+                return last
+        time.sleep(interval)
+    raise TimeoutError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
