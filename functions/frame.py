@@ -17,10 +17,16 @@ RunFunctionResponse, keeping the protocol's promises (DESIGN §5) in one place:
   naming the handler, the exception's type and where it was raised — never its message, and
   the log gets its frames but no local variable (functions/logs.py: a request may hold a
   license token);
-- the composite is checked before any handler reads it: without a `metadata` object or a
-  `metadata.name` it is refused naming the field, so no handler composes objects with empty
-  names. `metadata.uid` must be a string when present; its absence is legal, because
+- the composite is checked before any handler reads it, as the API server would have: of
+  the kind and apiVersion the handler serves; with a `metadata` object whose `name` (and a
+  legacy XR's claim name) is a DNS-1123 subdomain and whose namespace (and claim namespace)
+  is a DNS-1123 label; holding no infinite number or NaN (functions/core/checks.py). Each is
+  refused naming the field, so no handler composes from a name or a number no cluster holds.
+  `metadata.uid` must be a string when present; its absence is legal, because
   `crossplane render` (and the offline tools) send composites without one;
+- every composed object's name and namespace is checked for its kind (a Service's is a
+  DNS-1035 label) before the response is written: one the API server would refuse is refused
+  here, naming the object, instead of failing its apply later;
 - objects nested as deep as Kubernetes stores them (its JSON decoder allows 10,000 levels; a
   Struct level is three protobuf levels, and upb's default of 100 broke at 32) are parsed; one
   nested deeper than the handlers can walk is answered with a Fatal naming that object, never
@@ -35,6 +41,7 @@ import datetime
 import functools
 import hashlib
 import operator
+import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +54,8 @@ from google.protobuf.internal import api_implementation
 from google.protobuf.message import DecodeError
 
 from functions import logs, wire
+from functions.core import checks
+from functions.core.labels import CLAIM_NAME, CLAIM_NAMESPACE
 from functions.handlers.base import Handler, InputError, Request, RequiredStrings, Requirement
 from functions.handlers.desired import Desired, Severity
 from functions.views import ListView, ShapeError, View, message_of, plain, view_of
@@ -269,12 +278,14 @@ def run(
     request = _request_of(req, required, protocol)
     try:
         check_composite(request, handler)
+        check_numbers(req.observed.composite.resource)
         requirements = handler.requirements(request)
         required.reads = {name: r.reads for name, r in requirements.items() if r.reads}
         refusal = protocol.refusal(requirements)
         if refusal is not None:
             raise refusal
         desired = handler.compose(request.with_requirements(requirements))
+        check_composed_names(request, desired)
         if desired.failed:
             rsp = response.to(req, handler.ttl)
             _results(rsp, desired)
@@ -301,13 +312,22 @@ def internal_failure(handler: str, tag: str, error: Exception) -> str:
 
 
 def check_composite(request: Request, handler: Handler) -> None:
-    """The composite is of a kind the handler serves and has the metadata every name needs."""
+    """The composite is of a kind and apiVersion the handler serves, and has the metadata every
+    composed name is made from, as the API server would have accepted it."""
     if request.kind not in handler.kinds:
         served = ", ".join(sorted(handler.kinds))
         raise InputError(
             "input.handler",
             f"handler {handler.name!r} serves {served}; the composite is a "
             f"{request.kind or 'resource without a kind'} — pick the handler for that kind",
+        )
+    api_version = request.xr.get("apiVersion")
+    if api_version != handler.api_version:
+        got = _shown(api_version) if api_version is not None else "missing"
+        raise InputError(
+            "apiVersion",
+            f"handler {handler.name!r} serves {handler.api_version} {request.kind}, got {got}; "
+            f"apply the {request.kind} with apiVersion {handler.api_version}",
         )
     metadata = request.xr.get("metadata")
     if not isinstance(metadata, View):
@@ -323,9 +343,106 @@ def check_composite(request: Request, handler: Handler) -> None:
             f"the {request.kind} has no name; objects composed for it are named after it — "
             "give it a metadata.name",
         )
+    _check_name("metadata.name", name, checks.subdomain_problem(name), request.kind)
+    namespace = metadata.get("namespace")
+    if namespace is not None:
+        if not isinstance(namespace, str):
+            raise InputError("metadata.namespace", f"must be a string, got {_shown(namespace)}")
+        if namespace:
+            _check_name("metadata.namespace", namespace, checks.label_problem(namespace), "")
+    claim = request.xr.view("metadata", "labels")  # a legacy XR: named after its claim
+    for label, check in (
+        (CLAIM_NAME, checks.subdomain_problem),
+        (CLAIM_NAMESPACE, checks.label_problem),
+    ):
+        value = claim.get(label)
+        if value is not None:
+            field = f"metadata.labels[{label!r}]"
+            if not isinstance(value, str):
+                raise InputError(field, f"must be a string, got {_shown(value)}")
+            _check_name(field, value, check(value), request.kind)
     uid = metadata.get("uid")
     if uid is not None and not isinstance(uid, str):
         raise InputError("metadata.uid", f"must be a string, got {type(uid).__name__}")
+
+
+def _check_name(field: str, value: str, problem: str | None, kind: str) -> None:
+    if problem is None:
+        return
+    made = f"; objects composed for this {kind} are named after it" if kind else ""
+    raise InputError(
+        field,
+        f"{_shown(value)} is not a name the API server accepts: {problem}{made} — "
+        "use lowercase letters, digits and '-'",
+    )
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# A Value's number_value (field 2, 64-bit) holding an infinity or a NaN: every exponent bit set.
+_NON_FINITE = re.compile(rb"\x11[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]", re.DOTALL)
+
+
+def check_numbers(composite: struct_pb2.Struct) -> None:
+    """Refuse a composite that holds an infinite number or a NaN, naming the first such field:
+    no object the API server stores can (JSON has neither), and a handler reading one as a
+    count or a quantity cannot tell what was meant. The bytes are searched first, in C; the
+    objects are walked only where a match may be one."""
+    if not _NON_FINITE.search(composite.SerializeToString()):
+        return
+    found = _non_finite(composite)
+    if found is not None:
+        path, value = found
+        raise InputError(path, checks.number_problem(value) or "is not a finite number")
+
+
+def _non_finite(struct: struct_pb2.Struct) -> tuple[str, float] | None:
+    """The first field (keys sorted, depth first) holding a non-finite number, walked without
+    recursion."""
+    stack: list[tuple[str, struct_pb2.Value]] = [
+        (key, struct.fields[key]) for key in sorted(struct.fields, reverse=True)
+    ]
+    while stack:
+        path, value = stack.pop()
+        kind = value.WhichOneof("kind")
+        if kind == "number_value" and checks.number_problem(value.number_value):
+            return path, value.number_value
+        if kind == "struct_value":
+            fields = value.struct_value.fields
+            stack += [(f"{path}.{key}", fields[key]) for key in sorted(fields, reverse=True)]
+        elif kind == "list_value":
+            items = value.list_value.values
+            stack += [(f"{path}[{i}]", items[i]) for i in reversed(range(len(items)))]
+    return None
+
+
+def check_composed_names(request: Request, desired: Desired) -> None:
+    """Every composed object's name and namespace is one the API server accepts for its kind,
+    or the request is refused naming it: its apply would fail later, far from the field the
+    name was made from (the composite's name, mostly)."""
+    for key in sorted(desired.resources):
+        obj = view_of(desired.resources[key])
+        kind = obj.str("kind")
+        for part, check in (("name", checks.name_problem), ("namespace", _namespace_problem)):
+            value = obj.get("metadata", part)
+            if not isinstance(value, str) or not value:
+                continue  # none: Crossplane names it (a namespace: the composite's, or none)
+            problem = check(kind, value)
+            if problem is not None:
+                field = "metadata.name" if request.xr.name and request.xr.name in value else key
+                raise InputError(
+                    field,
+                    f"the {kind or 'object'} {key!r} composed for this {request.kind} would have "
+                    f"metadata.{part} {_shown(value)}, which the API server refuses: {problem} "
+                    f"— it is made from the {request.kind}'s name or spec: shorten or rename it",
+                )
+
+
+def _namespace_problem(_kind: str, value: str) -> str | None:
+    return checks.label_problem(value)
 
 
 def too_deep(req: fnv1.RunFunctionRequest, required: Mapping[str, Sequence[Any]]) -> str:

@@ -18,6 +18,7 @@ from tests.test_wire import _field, in_order
 
 CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
 MODERN = (fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_REQUIRED_RESOURCES)
+THING = "example.org/v1"  # the apiVersion of the composites these handlers serve
 
 
 def exploding(error: Exception | None = None, secret: bool = False) -> Handler:
@@ -37,7 +38,12 @@ def exploding(error: Exception | None = None, secret: bool = False) -> Handler:
         return desired
 
     return Handler(
-        "exploding", frozenset({"Thing"}), compose, requirements, datetime.timedelta(seconds=42)
+        "exploding",
+        frozenset({"Thing"}),
+        compose,
+        requirements,
+        datetime.timedelta(seconds=42),
+        api_version=THING,
     )
 
 
@@ -116,7 +122,7 @@ def test_a_fatal_result_the_handler_returns_keeps_the_desired_state_as_it_was():
         return desired
 
     req = request()
-    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose, api_version=THING), req)
     assert [(r.severity, r.reason) for r in rsp.results] == [(fnv1.SEVERITY_FATAL, "Immutable")]
     assert rsp.desired == req.desired
 
@@ -182,7 +188,7 @@ def test_a_value_copied_from_an_observed_object_is_written_as_its_data():
 
     req = request()
     req.observed.resources["mine"].resource.update({"data": {"a": "1"}, "items": [{"b": 2}]})
-    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose, api_version=THING), req)
     assert list(rsp.results) == []
     assert dict(rsp.desired.resources["copy"].resource["data"]) == {"a": "1"}
     assert rsp.desired.composite.resource["status"]["seen"][0]["b"] == 2
@@ -203,7 +209,7 @@ def test_a_view_passed_on_is_copied_whole_into_the_same_bytes_its_data_would_giv
             desired.status = {"seen": items, "count": 1}
             return desired
 
-        return Handler("h", frozenset({"Thing"}), compose)
+        return Handler("h", frozenset({"Thing"}), compose, api_version=THING)
 
     req = request()
     req.observed.resources["mine"].resource.update(
@@ -238,7 +244,7 @@ def test_an_object_nested_deeper_than_a_handler_can_walk_gets_a_fatal_naming_it(
     req = request()
     req.observed.composite.resource.fields["spec"].struct_value.CopyFrom(nested(3000))
     req = fnv1.RunFunctionRequest.FromString(req.SerializeToString())  # parsed, not refused
-    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose, api_version=THING), req)
     assert [r.message for r in rsp.results] == [
         "composite Thing n: is nested 3001 levels deep, deeper than this function can read; "
         "flatten it (Kubernetes allows it, but no gpustack object needs nesting this deep)"
@@ -253,7 +259,7 @@ def test_a_response_that_cannot_be_written_is_a_fatal_result_not_an_exception():
         return desired
 
     req = request()
-    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req)
+    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose, api_version=THING), req)
     assert [r.severity for r in rsp.results] == [fnv1.SEVERITY_FATAL]
     assert rsp.results[0].message.startswith("h handler failed: ")
     assert rsp.desired == req.desired
@@ -275,7 +281,7 @@ def test_required_objects_held_back_as_bytes_read_as_if_parsed_whole():
         req.required_resources["found"].items.add().resource.update(
             {**CONFIG_MAP, "metadata": {"name": name}, "data": {"k": f"v-{name}"}}
         )
-    handler = Handler("h", frozenset({"Thing"}), compose)
+    handler = Handler("h", frozenset({"Thing"}), compose, api_version=THING)
     parsed = frame.run(handler, req)
     parsed_objects = seen["objects"]
     assert seen["strings"] is None  # nothing held back: nothing gathered
@@ -292,7 +298,11 @@ def test_held_back_objects_that_cannot_be_parsed_get_a_fatal_naming_them():
         return Desired()
 
     req = request()
-    rsp = frame.run(Handler("h", frozenset({"Thing"}), compose), req, {"found": b"\x0a\xff\x01"})
+    rsp = frame.run(
+        Handler("h", frozenset({"Thing"}), compose, api_version=THING),
+        req,
+        {"found": b"\x0a\xff\x01"},
+    )
     assert [r.message.split(" (")[0] for r in rsp.results] == [
         "required resources 'found': cannot be parsed"
     ]
@@ -311,7 +321,8 @@ def test_a_held_back_object_nested_too_deep_gets_a_fatal_naming_it():
     deep.update({"kind": "ConfigMap", "metadata": {"name": "deep"}})
     deep.fields["data"].struct_value.CopyFrom(nested(3000))
     rsp = frame.run(
-        Handler("h", frozenset({"Thing"}), compose), *wire.split(req.SerializeToString())
+        Handler("h", frozenset({"Thing"}), compose, api_version=THING),
+        *wire.split(req.SerializeToString()),
     )
     assert [r.message.split(":")[0] for r in rsp.results] == ["required found ConfigMap deep"]
 
@@ -328,7 +339,9 @@ def reading_things(seen: list[str]) -> Handler:
         desired.status = {"sizes": request.required_read("things", size)}
         return desired
 
-    return Handler("reading", frozenset({"Thing"}), compose, exploding().requirements)
+    return Handler(
+        "reading", frozenset({"Thing"}), compose, exploding().requirements, api_version=THING
+    )
 
 
 def thing(name: str, size: int) -> struct_pb2.Struct:

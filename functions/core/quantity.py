@@ -7,6 +7,7 @@ formatters reproduce what the API server prints (`1600000` → `1600k`, `8000000
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 from typing import Any
@@ -51,6 +52,8 @@ def parse(value: str | int | float | Fraction) -> Fraction:
     if isinstance(value, int | Fraction):
         return Fraction(value)
     if isinstance(value, float):
+        if not math.isfinite(value):  # no JSON holds one: only a broken protobuf sender
+            raise QuantityError(f"{value!r} is not a quantity: it is not a finite number")
         return Fraction(str(value))
     match = _QUANTITY.match(value.strip()) if isinstance(value, str) else None
     if match is None:

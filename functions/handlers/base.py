@@ -1,10 +1,10 @@
 """What a handler is given and what it is made of: plain data, no protobuf.
 
-A handler is a name, the composite kinds it serves, a TTL, and two functions of a `Request`:
-`requirements` (the objects it needs Crossplane to fetch, declared from the composite alone so
-every call of a reconcile asks the same) and `compose` (the desired state, as plain data). The
-frame (functions/frame.py) builds the Request from a RunFunctionRequest and turns the Desired
-into a response; tests build Requests from dicts with `Request.of`.
+A handler is a name, the composite kinds (and apiVersion) it serves, a TTL, and two functions
+of a `Request`: `requirements` (the objects it needs Crossplane to fetch, declared from the
+composite alone so every call of a reconcile asks the same) and `compose` (the desired state,
+as plain data). The frame (functions/frame.py) builds the Request from a RunFunctionRequest
+and turns the Desired into a response; tests build Requests from dicts with `Request.of`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from functions.core import labels
+from functions.core import apis, labels
 from functions.handlers.desired import Desired
 from functions.views import View, view_of
 
@@ -197,3 +197,5 @@ class Handler:
     # Required resources are fetched, not watched (Crossplane v2.3): the TTL is how soon a
     # change in them is seen.
     ttl: datetime.timedelta = datetime.timedelta(seconds=60)
+    # The composite's apiVersion: every kind is worker.gpustack.ai's but GPUClass.
+    api_version: str = apis.WORKER

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions import structs
-from functions.core import apis, labels, names, quantity, reasons
+from functions.core import apis, checks, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
 from functions.core.settings import DNS_LABEL, Settings
 from functions.core.status import StatusError, vmnode
@@ -579,7 +579,7 @@ def spec_problem(gpu_class: View) -> Problem | None:
 
 def whole(value: Any) -> bool:
     """An integer as a Struct carries it (a float with no fraction), never a bool."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == int(value)
+    return checks.whole(value)  # an infinity or a NaN is none (`value == int(value)` raised)
 
 
 def feature_type(gpu_class: View) -> int:
@@ -681,4 +681,5 @@ HANDLER = Handler(
     compose,
     requirements,
     ttl=datetime.timedelta(seconds=30),  # nodes and launcher Pods are required, not watched
+    api_version=apis.GPU_CLASS,
 )

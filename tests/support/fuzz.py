@@ -3,14 +3,16 @@
 A mutated request is a recorded one (tests/support/corpus.py) with one to three of its objects —
 the composite, an observed or a required object — changed at a path that exists in it: a value
 deleted or replaced by one of the wrong types, absurd numbers and deep nests that a cluster
-can hold or that a broken writer could leave. Each request also carries what the frame must
-echo untouched: a tag, a context, a resource and a status key from an earlier pipeline step.
+can hold or that a broken writer could leave (an infinity or a NaN, which only protobuf can
+carry). Each request also carries what the frame must echo untouched: a tag, a context, a
+resource and a status key from an earlier pipeline step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import random
 import traceback
@@ -56,6 +58,9 @@ HAZARDS = [
     "1Ki",
     "abc",
     "1e400",
+    math.inf,  # no JSON holds these; a protobuf number can (issue 35)
+    -math.inf,
+    math.nan,
     [],
     {},
     [None],
