@@ -311,6 +311,7 @@ def named(summary: dict, node: str) -> dict:
     found = copy.deepcopy(summary)
     old = summary["data"]["summary"]
     found["data"]["summary"] = old.replace('"node":"node-a10g"', f'"node":"{node}"')
+    found["metadata"]["name"] = node_summary.object_name(node)  # as its devices handler names it
     assert found["data"]["summary"] != old
     return found
 
@@ -351,9 +352,11 @@ def test_two_summaries_of_one_node_count_once_and_the_second_is_named(walkthroug
     desired = Desired()
     nodes = inputs.node_summaries(pool_request([second, first]), desired)
     assert [n.node for n in nodes] == ["node-a10g"]
+    # A copy under another name is not the node's summary (only node-a10g-gpustack-summary is).
     assert [r.message for r in desired.results] == [
-        "ConfigMap gpustack-system/zz-node-a10g-copy: data.summary: repeats node node-a10g; it "
-        "is left out until it is fixed"
+        "ConfigMap gpustack-system/zz-node-a10g-copy: metadata.name: must be "
+        "node-a10g-gpustack-summary, the name the devices handler gives its node's summary; a "
+        "ConfigMap of another name (or none) is not the node's; it is left out until it is fixed"
     ]
 
 
@@ -372,7 +375,7 @@ def test_summaries_from_protobuf_read_as_from_plain_data(walkthrough):
         return found
 
     repeat = copy.deepcopy(good[0])
-    repeat["metadata"]["name"] = "a-copy"  # sorts first: it counts, and the original is named
+    repeat["metadata"]["name"] = "a-copy"  # under another name: not the node's, and named
     objects = [
         *good,
         repeat,
@@ -398,14 +401,14 @@ def test_summaries_from_protobuf_read_as_from_plain_data(walkthrough):
     assert (nodes, messages, conditions) == read(objects)
     assert [n.node for n in nodes] == sorted(walkthrough)
     assert [m.split(";")[0] for m in messages] == [
+        f"ConfigMap gpustack-system/a-copy: metadata.name: must be {next(iter(walkthrough))}"
+        "-gpustack-summary, the name the devices handler gives its node's summary",
         "ConfigMap gpustack-system/a-number: data.summary: must be a string",
         "ConfigMap gpustack-system/data-text: data.summary: is missing",
         "ConfigMap gpustack-system/empty: data.summary: is not JSON: Expecting value: line 1 "
         "column 1 (char 0)",
         "ConfigMap gpustack-system/no-data: data.summary: is missing",
         "ConfigMap gpustack-system/no-summary: data.summary: is missing",
-        f"ConfigMap gpustack-system/{good[0]['metadata']['name']}: data.summary: repeats node "
-        f"{next(iter(walkthrough))}",
         "ConfigMap gpustack-system/not-json: data.summary: is not JSON: Expecting property name "
         "enclosed in double quotes: line 1 column 2 (char 1)",
     ]

@@ -100,6 +100,10 @@ class NodeSummary:
     load_details: Callable[[], tuple[Mapping[str, GroupFacts], Cpu]] | None = field(
         default=None, compare=False, repr=False
     )
+    # Once read back from its published form (core/status/summary.py): its version, which a
+    # reader names when newer than it knows, and the digest of the facts it names ("": none).
+    version: int = field(default=0, compare=False, repr=False)
+    facts_id: str = field(default="", compare=False, repr=False)
 
     @functools.cached_property
     def _details(self) -> tuple[Mapping[str, GroupFacts], Cpu]:

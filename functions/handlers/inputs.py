@@ -76,6 +76,7 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
     summaries = _gathered_summaries(request)
     if summaries is not None:
         inputs_readable(desired, "node summaries", [])
+        newer_summaries(desired, summaries)
         return summaries
     given = request.required_objects(SUMMARIES) or ()
     namespace = namespace_to_keep(request)
@@ -92,7 +93,28 @@ def node_summaries(request: Request, desired: Desired) -> list[NodeSummary]:
     for where, field, problem in sorted(problems):
         unreadable(desired, "ConfigMap", where, field, problem)
     inputs_readable(desired, "node summaries", sorted({p[0] for p in problems}))
+    newer_summaries(desired, summaries)
     return sorted(summaries, key=_NODE)
+
+
+def newer_summaries(desired: Desired, summaries: Sequence[NodeSummary]) -> None:
+    """Name the nodes whose summaries a newer release wrote: read by the figures this one
+    knows (core/status/summary.py), which keep their places — but a release left behind."""
+    newer = sorted(s.node for s in summaries if s.version > node_summary.VERSION)
+    if not newer:
+        return
+    shown = ", ".join(newer[:5]) + (f" and {len(newer) - 5} more" if len(newer) > 5 else "")
+    versions = sorted({s.version for s in summaries if s.version > node_summary.VERSION})
+    desired.warning(
+        f"node summaries of {shown} are version {', '.join(map(str, versions))}, newer than "
+        f"this release reads ({node_summary.VERSION}): read by the figures it knows — upgrade "
+        "function-gpustack so every replica runs the same release",
+        NEWER_SUMMARY,
+    )
+
+
+# A result reason, beside functions/core/reasons.py's: a newer release's node summaries read.
+NEWER_SUMMARY = "NodeSummaryNewer"
 
 
 _NODE = operator.attrgetter("node")
@@ -117,7 +139,28 @@ def _gathered_summaries(request: Request) -> list[NodeSummary] | None:
     summaries = MEMO.read_texts(texts, gathered.strings)
     if summaries is None or len(set(map(_NODE, summaries))) < len(summaries):
         return None
+    if not _named_after_their_nodes(summaries, gathered.strings):
+        return None
     return sorted(summaries, key=_NODE)
+
+
+def _named_after_their_nodes(summaries: Sequence[NodeSummary], strings: list[str]) -> bool:
+    """Each summary's node has a ConfigMap of its summary's name among the strings (where each
+    object's `metadata.name` is): with one text per object and each of another node, every
+    object is then its node's. And the facts each names are there, on every request (a summary
+    the memo kept was not read again)."""
+    found = set(strings)
+    suffix = f"-{node_summary.NAME_SUFFIX}"  # as object_name makes it, but for long names
+    names = [node + suffix for node in map(_NODE, summaries)]
+    if not found.issuperset(names) and not all(
+        node_summary.object_name(s.node) in found for s in summaries
+    ):
+        return False
+    named = {s.facts_id for s in summaries} - {""}
+    if all(MEMO.facts.get(digest) in found for digest in named):  # the steady state
+        return True
+    texts = {text for text in strings if text.startswith(node_summary.FACTS_START)}
+    return named <= {node_summary.facts_digest(text) for text in texts}
 
 
 def gathered_strings(request: Request, name: str = SUMMARIES) -> RequiredStrings | None:
@@ -154,8 +197,29 @@ def namespace_to_keep(request: Request, name: str = SUMMARIES) -> str:
     return wanted.namespace or ""
 
 
+def _not_its_nodes(
+    obj: Any, summary: NodeSummary, facts: Mapping[str, str]
+) -> tuple[str, str] | None:
+    """Why `obj` is not `summary`'s node's summary as its devices handler writes it, if it is
+    not: named after another node (or not at all), or with none of the facts it names in the
+    request (a node's own facts may be another node's: equal hardware, equal facts)."""
+    expected = node_summary.object_name(summary.node)
+    if structs.name_of(obj) != expected:
+        return "metadata.name", _misnamed(expected)
+    if summary.facts_id and summary.facts_id not in facts:
+        return node_summary.FACTS_AT, f"is not the one the summary names (facts {summary.facts_id})"
+    return None
+
+
 def _where(obj: Any) -> str:
-    return f"{structs.namespace_of(obj)}/{structs.name_of(obj)}"
+    return f"{structs.namespace_of(obj)}/{structs.name_of(obj) or '<no name>'}"
+
+
+def _misnamed(expected: str) -> str:
+    return (
+        f"must be {expected}, the name the devices handler gives its node's summary; a "
+        "ConfigMap of another name (or none) is not the node's"
+    )
 
 
 class SummaryMemo:
@@ -183,6 +247,7 @@ class SummaryMemo:
         self.earlier: dict[str, NodeSummary] = {}
         # One copy of each facts text, shared by its nodes, by the digest summaries name it by.
         self.facts: dict[str, str] = {}
+        self.digests: dict[str, str] = {}  # and each facts text's digest, hashed once
         self.largest = 0  # objects in the largest request read
 
     def read_all(
@@ -194,14 +259,37 @@ class SummaryMemo:
         and anything not a string) are read from their object, which names what is wrong."""
         texts = list(summary_texts(objects))
 
+        facts = self._facts_of(objects)
+
         def parse(index: int) -> NodeSummary | None:
             try:
-                return self._parse(objects[index], texts[index])
+                return self._parse(objects[index], texts[index], facts)
             except StatusError as error:
                 problems.append((_where(objects[index]), error.field, error.problem))
                 return None
 
-        return self._look_up(texts, parse)
+        found = self._look_up(texts, parse)
+        # What the memo cannot tell, asked of each object on every request: it is keyed by text.
+        for index, summary in enumerate(found):
+            if summary is None:
+                continue
+            problem = _not_its_nodes(objects[index], summary, facts)
+            if problem is not None:
+                found[index] = None
+                problems.append((_where(objects[index]), *problem))
+        return found
+
+    def _facts_of(self, objects: Sequence[Any]) -> dict[str, str]:
+        """The facts texts the objects hold, by their digest (each text hashed once a turn)."""
+        texts = {structs.string_at(obj, "data", node_summary.FACTS_KEY) for obj in objects}
+        found = {}
+        for text in texts - {None}:
+            assert text is not None
+            digest = self.digests.get(text)
+            if digest is None:
+                digest = self.digests[text] = node_summary.facts_digest(text)
+            found[digest] = self.facts.setdefault(digest, text)
+        return found
 
     def read_texts(self, texts: list[str], strings: list[str]) -> list[NodeSummary] | None:
         """The summaries of these texts, each text's facts found among `strings` by the digest
@@ -239,19 +327,16 @@ class SummaryMemo:
         texts, which the request about to read them keeps."""
         kept = {text: self.earlier[text] for text in wanted if text in self.earlier}
         self.parsed, self.earlier = kept, self.parsed
-        self.facts = {}  # the summaries kept hold their own; new ones share afresh
+        self.facts, self.digests = {}, {}  # the summaries kept hold their own; new ones share
 
-    def _parse(self, obj: Any, text: str) -> NodeSummary:
+    def _parse(self, obj: Any, text: str, facts: Mapping[str, str]) -> NodeSummary:
         if not text:  # missing, empty or not a string: the general reader raises, saying which
             node_summary.read(structs.view(obj).get("data", node_summary.SUMMARY_KEY))
-        facts = structs.string_at(obj, "data", node_summary.FACTS_KEY)
-        if facts is not None:
-            facts = self.facts.setdefault(node_summary.facts_digest(facts), facts)
-        return node_summary.read(text, facts)
+        return node_summary.read(text, facts)  # the facts it names, from any object's
 
     def clear(self) -> None:
         """Forget every summary and request (a worker's first sight of its pools)."""
-        self.parsed, self.earlier, self.facts, self.largest = {}, {}, {}, 0
+        self.parsed, self.earlier, self.facts, self.digests, self.largest = {}, {}, {}, {}, 0
 
 
 class _FactsByDigest(Mapping[str, str]):

@@ -22,7 +22,15 @@ Versioned: both hold `"v": 1`. A packed list does not repeat its figures' names 
 would carry 0.9 MB of them per pool reconcile); `LAYOUTS` names them per version instead, and a
 version's layout is frozen: a later release only appends figures under a new version. So a
 newer release reads any older summary by that version's layout (a figure it lacks reads as 0),
-and an older release reads a newer one by the figures it knows, which keep their positions.
+and an older release reads a newer one by the figures it knows, which keep their positions —
+and says so (`NodeSummary.version`: the pool names such nodes in a Warning, so a release left
+behind is seen, not guessed).
+
+What is read is held to what the devices handler writes, or the summary is unreadable and its
+node left out, named: every figure a whole number from 0 to `MAX_FIGURE` (a negative count, or
+10**30 cards, would be summed into every pool's capacity as if true); the facts the one the
+summary names by digest; the ConfigMap named after the summary's node (`object_name`: a copy
+under another name, or one without metadata, is not its node's).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from functions.core import names
 from functions.core.devices import Cpu
 from functions.core.ledger import GroupSummary
 from functions.core.pools import GroupFacts, NodeSummary, ProfileFacts
@@ -48,6 +57,10 @@ RESOURCE_TYPE = "node-summary"  # the value of labels.RESOURCE_TYPE on every sum
 SUMMARY_START, FACTS_START = '{"arch":', '{"cpu":'
 
 NAME_SUFFIX = "gpustack-summary"
+# The largest figure a summary may hold. The largest real one is a card's slice units (its
+# 1,600,000 credits); 2**32 is some 2,700 cards of them, and two million nodes of such figures
+# still sum exactly in a status number (a double, exact to 2**53).
+MAX_FIGURE = 1 << 32
 
 # The figures each version packs, in order; frozen once released (see the module docstring).
 LAYOUTS: dict[int, tuple[str, ...]] = {1: COUNT_NAMES}
@@ -64,6 +77,11 @@ def write(summary: NodeSummary) -> dict[str, str]:
     """The ConfigMap's `data`: the figures every pool reads, and the hardware facts."""
     facts = encode_facts(summary)
     return {SUMMARY_KEY: encode(summary, facts_digest(facts)), FACTS_KEY: facts}
+
+
+def object_name(node: str) -> str:
+    """The name of `node`'s summary ConfigMap, as the devices handler composes it."""
+    return names.node_object_name(node, NAME_SUFFIX)
 
 
 def facts_digest(facts: str) -> str:
@@ -154,10 +172,16 @@ def read(text: Any, facts: Any = None) -> NodeSummary:
     for key, packed in _object(document.get("groups"), "groups").items():
         groups[key] = _group(key, packed, layout, partitions.get(key))
     cores = _whole(document.get("cores"), "cores")
+    named = _text(document.get("facts"), "facts")
     if isinstance(facts, Mapping):
-        facts = facts.get(_text(document.get("facts"), "facts"))
+        facts = facts.get(named)
         if facts is None:
-            raise StatusError(FACTS_AT, "is not the one the summary names")
+            raise StatusError(FACTS_AT, f"is not the one the summary names (facts {named})")
+    elif isinstance(facts, str) and named and facts_digest(facts) != named:
+        raise StatusError(
+            FACTS_AT,
+            "is missing" if not facts else "is not the one the summary names (its digest differs)",
+        )
     return NodeSummary(
         node=_text(document.get("node"), "node", required=True),
         os=_text(document.get("os"), "os"),
@@ -167,6 +191,8 @@ def read(text: Any, facts: Any = None) -> NodeSummary:
         cpu_cores=cores,
         groups=groups,
         load_details=functools.partial(read_facts, facts, cores),
+        version=document["v"],
+        facts_id=named,
     )
 
 
@@ -182,8 +208,8 @@ def _group(key: str, packed: Any, layout: tuple[str, ...], partitions: Any) -> G
     if type(packed) is not list or len(packed) < len(layout):
         raise StatusError(SUMMARY_AT, f"{at} must list {len(layout)} figures, got {packed!r}")
     for index, value in enumerate(packed[: len(layout)]):
-        if type(value) is not int:
-            raise StatusError(SUMMARY_AT, f"{at}[{index}] must be a whole number, got {value!r}")
+        if type(value) is not int or not 0 <= value <= MAX_FIGURE:
+            _refuse_figure(f"{at}[{index}]", value)
     if _POSITIONAL and layout == COUNT_NAMES and not partitions:
         return GroupSummary(*packed[: len(layout)])
     counts: dict[str, Any] = dict.fromkeys(_FIELD_ORDER, 0)
@@ -216,9 +242,20 @@ def _object(value: Any, at: str) -> dict[str, Any]:
 def _whole(value: Any, at: str) -> int:
     if value is None:
         return 0
-    if type(value) is not int:
-        raise StatusError(SUMMARY_AT, f"{at} must be a whole number, got {value!r}")
+    if type(value) is not int or not 0 <= value <= MAX_FIGURE:
+        _refuse_figure(at, value)
     return value
+
+
+def _refuse_figure(at: str, value: Any) -> None:
+    if type(value) is not int:
+        raise StatusError(SUMMARY_AT, f"{at} must be a whole number, got {_shown(value)}")
+    raise StatusError(SUMMARY_AT, f"{at} must be from 0 to {MAX_FIGURE}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _text(value: Any, at: str, required: bool = False) -> str:
