@@ -20,6 +20,7 @@ from tests.support.schemas import ROOT
 WALKTHROUGH = ROOT / "examples" / "walkthrough"
 A10G, T4 = "gpustack--nvidia-a10g-linux-amd64", "gpustack--nvidia-tesla-t4-linux-amd64"
 AWARE_A10G = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"
+A10G_ENTRANCE = "gpustack-fnv64-c4680bb149644f1c"
 INITIAL_A10G, INITIAL_T4 = "1/1 1/10 100/100 0/0", "4/5 4/50 100/500 0/0"
 HOST_PATH_MESSAGE = (
     "spec.additionalVolumes[2].hostPath: mounting a host path is not allowed: enable the Catalog's "
@@ -589,3 +590,130 @@ def test_a_key_no_device_plugin_advertises_leaves_the_pod_pending(world):
         "preemption: 0/4 nodes are available: 1 No preemption victims found for incoming pod, "
         "3 Preemption is not helpful for scheduling."
     )
+
+
+# --- whole cards wait for a whole card; a Pod the kubelet rejects is replaced -----------------
+
+
+def on_t4(name: str, resources: dict, node_name: str = "") -> dict:
+    """An Instance on the T4 pool (node-t4-a's one T4, node-t4-b's four) asking for `resources`."""
+    found = copy.deepcopy(example("instance-custom-demo.yaml"))
+    found["metadata"]["name"] = name
+    found["spec"].update(type=T4, resources=resources)
+    if node_name:
+        found["spec"]["nodeName"] = node_name
+    return found
+
+
+def rounds(world: World, name: str) -> list[tuple[str, str, str]]:
+    """Let the cluster settle round by round (as `reconcile` does), noting after each round the
+    Instance's phase and its Admitted condition's reason and message."""
+    seen = []
+    for _ in range(16):
+        before = world.store.snapshot()
+        for controller in world.controllers:
+            controller.run()
+        found = instance(world, name)
+        admitted = condition(found, "Admitted") if found.get("status") else {}
+        seen.append(
+            (
+                found.get("status", {}).get("phase", ""),
+                admitted.get("reason", ""),
+                admitted.get("message", ""),
+            )
+        )
+        if world.store.snapshot() == before:
+            return seen
+    raise AssertionError(f"the cluster did not settle: {seen}")
+
+
+UNSCHEDULABLE_WHOLE_CARD = (  # Kueue gave it the 4-card flavor's labels; no node has a free card
+    "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector. "
+    "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+)
+
+
+def test_a_whole_card_waits_pending_while_no_card_is_whole_and_runs_once_one_is_freed(world):
+    """A share on each of node-t4-b's four T4s and a slice of node-t4-a's: the T4 row's EX
+    reads 0/0, yet Kueue admits a whole card (the 4-card flavor's credits have room). Its Pod
+    waits for a wholly free card, as the fit labels say, instead of being placed on node-t4-b
+    and failed by the kubelet."""
+    run(world, on_t4("shares", {"acceleratorShared": 4}))
+    run(world, on_t4("slice", {"acceleratorSlicedMemoryPercentage": 20}, "node-t4-a"))
+    assert accelerators(world, T4) == "0/0 4/36 80/80 0/0"
+    run(world, on_t4("whole", {"accelerator": "1"}))
+    status = instance(world, "whole")["status"]
+    assert (status["phase"], status["phaseMessage"]) == ("Pending", UNSCHEDULABLE_WHOLE_CARD)
+    pod = world.get("Pod", "whole", "default")
+    assert "nodeName" not in pod["spec"]
+    assert {
+        "key": "exclusive-free-cards.fit.gpustack.ai/nvidia-tesla-t4",
+        "operator": "Gt",
+        "values": ["0"],
+    } in pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]["matchExpressions"]
+
+    world.delete("Instance", "shares", "default")
+    world.reconcile()
+    status = instance(world, "whole")["status"]
+    assert (status["phase"], status["nodeName"]) == ("Ready", "node-t4-b")
+    assert accelerators(world, T4) == "3/3 3/30 100/380 0/0"
+
+
+def test_a_pod_the_kubelet_rejects_at_admission_is_replaced_and_waits_for_a_whole_card(world):
+    """node-t4-b has one wholly free T4 and two whole-card Instances arrive at once: both Pods
+    match the fit label before the agent reports the first one's card, so both are placed there
+    and the kubelet fails the second (UnexpectedAdmissionError). A failed Pod never starts
+    again: the Instance gets a new Pod, says why meanwhile, and the new Pod waits Pending
+    until a card is freed."""
+    run(
+        world,
+        on_t4("shares", {"acceleratorShared": 3}),
+        on_t4("slice", {"acceleratorSlicedMemoryPercentage": 20}, "node-t4-a"),
+    )
+    assert accelerators(world, T4) == "1/1 4/37 100/180 0/0"
+    world.apply(on_t4("whole-a", {"accelerator": "1"}), on_t4("whole-b", {"accelerator": "1"}))
+    seen = rounds(world, "whole-b")
+    assert (
+        "Starting",
+        "ReplacingFailedPod",
+        "the Pod never ran: the kubelet on node-t4-b rejected it at admission "
+        "(UnexpectedAdmissionError: Allocate failed due to nvidia.com/gpu: 1 whole cards "
+        "requested, 0 free, which is unexpected); replacing it with a new Pod",
+    ) in seen
+    assert seen[-1] == ("Pending", "PodComposed", "")
+    assert instance(world, "whole-b")["status"]["phaseMessage"] == UNSCHEDULABLE_WHOLE_CARD
+    assert instance(world, "whole-a")["status"]["phase"] == "Ready"
+    assert accelerators(world, T4) == "0/0 3/27 80/80 0/0"
+
+    world.delete("Instance", "shares", "default")
+    world.reconcile()
+    status = instance(world, "whole-b")["status"]
+    assert (status["phase"], status["nodeName"]) == ("Ready", "node-t4-b")
+    assert accelerators(world, T4) == "2/2 2/20 100/280 0/0"
+
+
+# --- stop, edit, start before a reconcile: the Pod is always the current spec's ---------------
+
+
+def test_stop_edit_start_before_a_reconcile_ends_with_a_pod_of_the_new_type(world):
+    """Three patches the API server takes one by one (the XRD lets the type change once stop
+    was true), with no reconcile between them: the Pod made for the T4 type is not kept under
+    the A10G spec; it is replaced by one in the A10G queue, and the A10G row moves."""
+    run(world, on_t4("custom-demo", {"accelerator": "1"}))
+    assert accelerators(world, T4) == "4/4 4/40 100/400 0/0"
+    t4_pod = world.get("Pod", "custom-demo", "default")
+    world.patch("Instance", "custom-demo", {"stop": True}, "default")
+    world.patch("Instance", "custom-demo", {"type": A10G}, "default")
+    world.patch("Instance", "custom-demo", {"stop": False}, "default")
+    world.reconcile()
+    pod = world.get("Pod", "custom-demo", "default")
+    assert pod["metadata"]["uid"] != t4_pod["metadata"]["uid"]
+    assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == A10G_ENTRANCE
+    assert pod["spec"]["nodeName"] == "node-a10g"
+    status = instance(world, "custom-demo")["status"]
+    assert (status["phase"], status["nodeName"]) == ("Ready", "node-a10g")
+    assert accelerators(world, A10G) == "0/0 0/0 0/0 0/0"
+    assert accelerators(world, T4) == INITIAL_T4
+    assert world.results[("Instance", "default", "custom-demo")] == []

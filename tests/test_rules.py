@@ -21,7 +21,7 @@ from functions.core.requests import InstanceTypeFacts, Plan, plan
 from functions.core.settings import DEFAULTS, Settings, SettingsError
 from functions.handlers import instancetype, readiness
 from functions.handlers.base import Request
-from functions.handlers.instance import compose, pin
+from functions.handlers.instance import pin
 from functions.handlers.instance.container import pod_phase
 from functions.handlers.instance.pod import PodInputs, render_pod
 from functions.views import DictView, View, view_of
@@ -80,9 +80,7 @@ PHASES = [
         ("NotReady", "probe failed"),
     ),
     PhaseCase("finished", pod("Succeeded", "done"), ("Succeeded", "done")),
-    PhaseCase(
-        "failed at admission", pod("Failed", "Allocate failed"), ("Failed", "Allocate failed")
-    ),
+    PhaseCase("failed after it ran", pod("Failed", "exit code 1"), ("Failed", "exit code 1")),
 ]
 
 
@@ -165,6 +163,13 @@ def test_a_whole_card_pod_is_laid_out_as_the_reference_renders_it():
                 }
             ],
             "volumes": [{"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [WHOLE_CARD_FREE]}]
+                    }
+                }
+            },
         },
     }
 
@@ -179,12 +184,27 @@ class AffinityCase:
 
 
 COUNT = "acceleratable.feature.gpustack.ai/nvidia-a10g.count"
+WHOLE_CARDS_FREE = "exclusive-free-cards.fit.gpustack.ai/nvidia-a10g"
+WHOLE_CARD_FREE = {"key": WHOLE_CARDS_FREE, "operator": "Gt", "values": ["0"]}
 AFFINITIES = [
-    AffinityCase("one whole card needs nothing more", {"accelerator": "1"}, []),
     AffinityCase(
-        "two whole cards need a node with two",
+        "one whole card needs a node with a wholly free card",
+        {"accelerator": "1"},
+        [WHOLE_CARD_FREE],
+    ),
+    AffinityCase(
+        "two whole cards need a node with two, both wholly free",
+        {"accelerator": "2"},
+        [
+            {"key": COUNT, "operator": "Gt", "values": ["1"]},
+            {"key": WHOLE_CARDS_FREE, "operator": "Gt", "values": ["1"]},
+        ],
+    ),
+    AffinityCase(
+        "without fit affinity a whole card carries only its card count",
         {"accelerator": "2"},
         [{"key": COUNT, "operator": "Gt", "values": ["1"]}],
+        fit_affinity=False,
     ),
     AffinityCase(
         "a share on three cards needs three cards with a free share, on a node with three",
@@ -218,7 +238,7 @@ AFFINITIES = [
     AffinityCase(
         "a pin's flavor steering comes first",
         {"accelerator": "1"},
-        [{"key": COUNT, "operator": "NotIn", "values": ["1"]}],
+        [{"key": COUNT, "operator": "NotIn", "values": ["1"]}, WHOLE_CARD_FREE],
         pin=({"key": COUNT, "operator": "NotIn", "values": ["1"]},),
     ),
 ]
@@ -291,54 +311,6 @@ def test_card_count_expressions_only_for_several_whole_cards_or_shares():
     assert pin.card_count_expressions(Claim(Mode.SHARED, 2), "nvidia-a10g") == [
         {"key": COUNT, "operator": "Gt", "values": ["1"]}
     ]
-
-
-# --- a type change under a running Pod -----------------------------------------------------------
-
-INSTANCE_TYPE = {
-    "apiVersion": "worker.gpustack.ai/v1alpha1",
-    "kind": "InstanceType",
-    "metadata": {"name": "gpustack--nvidia-tesla-t4-linux-amd64"},
-    "spec": {
-        "acceleratable": True,
-        "acceleratorGroup": "nvidia-tesla-t4",
-        "unitResources": {"cpu": "8", "ram": "32Gi"},
-    },
-    "status": {
-        "version": 2,
-        "phase": "Active",
-        "entrance": "gpustack-fnv64-6b371caa2da0b799",
-        "offers": {"manufacturer": "nvidia", "cardMemoryMiB": 16384, "largestNodeCards": 4},
-    },
-}
-
-
-def test_a_type_changed_under_a_running_pod_is_fatal_and_keeps_the_pod():
-    instance = {
-        "apiVersion": "worker.gpustack.ai/v1alpha1",
-        "kind": "Instance",
-        "metadata": {"name": "demo", "namespace": "default", "generation": 2},
-        "spec": {**SPEC, "type": "gpustack--nvidia-tesla-t4-linux-amd64"},
-    }
-    running = {  # queued to the A10G pool's entrance: the type it was started with
-        "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "gpustack-fnv64-c4680bb149644f1c"}},
-        "spec": {"nodeName": "node-a10g"},
-    }
-    request = Request.of(
-        instance,
-        observed={"pod": running},
-        required={"catalog": [], "instancetype": [INSTANCE_TYPE], "runtimeclasses": []},
-    )
-    desired = compose(request)
-    assert [(r.severity.value, r.reason, r.message) for r in desired.results] == [
-        (
-            "Fatal",
-            "Immutable",
-            "spec.type: type is immutable while the Instance runs: set spec.stop to true first, "
-            "then repoint it",
-        )
-    ]
-    assert not desired.resources
 
 
 # --- readiness, by kind ----------------------------------------------------------------------------

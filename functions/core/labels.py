@@ -26,6 +26,7 @@ GENERAL = "general.feature.gpustack.ai/"
 DEVICE = "acceleratable.feature.gpustack.ai/"
 SLICED_FIT = "sliced-max-free-units.fit.gpustack.ai/"
 SHARED_FIT = "shared-free-cards.fit.gpustack.ai/"
+EXCLUSIVE_FIT = "exclusive-free-cards.fit.gpustack.ai/"
 NFD_NODE_NAME = "nfd.node.kubernetes.io/node-name"  # a NodeFeature's target node
 
 # --- pools, flavors, queues -------------------------------------------------------------------
@@ -39,6 +40,7 @@ NOTE = "note.gpustack.ai/"  # annotation prefix: a flavor's hardware notes
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"  # a Pod's LocalQueue
 INSTANCE = "worker.gpustack.ai/instance"  # the Instance a Pod, Service or VMI belongs to
 ALLOCATED = "device.gpustack.ai/accelerator.allocated"  # annotation: what the device plugin gave
+SPEC_DIGEST = "worker.gpustack.ai/spec-digest"  # annotation: the Instance spec a Pod was made from
 VIRT_LAUNCHER = {"kubevirt.io": "virt-launcher"}  # KubeVirt's launcher Pods
 # virt-handler's heartbeat on a Node: "true" while it runs there and its heartbeat is fresh.
 # KubeVirt puts it in every virt-launcher Pod's nodeSelector: no other node can run a VMI.
@@ -131,10 +133,12 @@ def device_manager_labels(
 
 
 def fit_labels(a_key: str, summary: GroupSummary) -> dict[str, str]:
-    """Per-card feasibility for the scheduler: the freest sliceable card, cards with a free share."""
+    """Per-card feasibility for the scheduler: the freest sliceable card, cards with a free
+    share, and wholly free cards (a whole-card request; a card in MIG mode is never one)."""
     return {
         f"{SLICED_FIT}{a_key}": str(summary.max_card_slice_units),
         f"{SHARED_FIT}{a_key}": str(summary.cards_with_free_share),
+        f"{EXCLUSIVE_FIT}{a_key}": str(summary.free_cards),
     }
 
 

@@ -35,7 +35,6 @@ RESOURCE_NOT_PERMITTED = "ResourceNotPermitted"
 VGPU_NOT_ENTITLED = "VGPUNotEntitled"
 INVALID_GPUS = "InvalidGPUs"
 PASSTHROUGH_ONLY = "PassthroughOnly"  # a KubernetesNodes pool takes passthrough classes only
-IMMUTABLE = "Immutable"  # a field that cannot change while the workload runs
 
 # --- Instance: waits (the Instance starts by itself once the cluster catches up) --------------
 INSTANCE_TYPE_NOT_READY = "InstanceTypeNotReady"
@@ -47,6 +46,8 @@ WAITING_FOR_LICENSE = "WaitingForLicense"
 WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a shortage: no eligible node has the GPUs yet
 REPLACING_FAILED_VMI = "ReplacingFailedVMI"  # a VMI ended Failed (node lost): a new one starts
 REPLACING_VIRTUAL_MACHINE = "ReplacingVirtualMachine"  # an unstarted VMI's spec changed: recreated
+REPLACING_OUTDATED_POD = "ReplacingOutdatedPod"  # the Pod was made from another spec: a new one
+REPLACING_FAILED_POD = "ReplacingFailedPod"  # the kubelet rejected the Pod at admission: a new one
 
 # --- Instance: running and stopped ------------------------------------------------------------
 POD_COMPOSED = "PodComposed"

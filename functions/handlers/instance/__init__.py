@@ -9,8 +9,8 @@ result that keeps it; a wait says what it waits for; a stop removes the workload
 composes it and mirrors its status.
 
 Modules: `lifecycle` (stop, drain, the InstanceType, the pin, volume placement), `admission`
-(the webhook's refusals), `container` and `pod` (the Container runtime), `vm` (the
-VirtualMachine runtime), `volumes` (volume rules).
+(the webhook's refusals), `container` and `pod` (the Container runtime), `record` (when an
+observed Pod is replaced), `vm` (the VirtualMachine runtime), `volumes` (volume rules).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from functions.core.requests import InstanceTypeFacts
 from functions.handlers.base import Handler, Request, Requirement
 from functions.handlers.desired import Desired
 from functions.handlers.inputs import CATALOG, catalog_settings
-from functions.handlers.instance import admission, container, lifecycle, vm, volumes
+from functions.handlers.instance import admission, container, lifecycle, record, vm, volumes
 from functions.handlers.instance.outcome import Instance, Outcome, refused, render
 
 KINDS = frozenset({"Instance", "XInstance"})  # XInstance: the legacy (claim) composite
@@ -62,15 +62,21 @@ def compose(request: Request) -> Desired:
 
 def read(request: Request, desired: Desired) -> Instance:
     generation = request.xr.get("metadata", "generation")
-    workload_name = "vmi" if request.xr.str("spec", "runtime") == "VirtualMachine" else "pod"
+    generation = generation if isinstance(generation, int) else 0
+    spec = request.xr.view("spec")
+    virtual_machine = spec.str("runtime") == "VirtualMachine"
+    workload = request.observed("vmi" if virtual_machine else "pod")
+    digest = "" if virtual_machine else record.spec_digest(spec)
     return Instance(
         request=request,
-        spec=request.xr.view("spec"),
+        spec=spec,
         name=request.name,
         namespace=request.namespace,
         settings=catalog_settings(request, desired),
-        workload=request.observed(workload_name),
-        generation=generation if isinstance(generation, int) else 0,
+        workload=workload,
+        generation=generation,
+        spec_digest=digest,
+        replacing=record.replacing(workload, digest, generation) if digest else None,
     )
 
 
@@ -85,7 +91,7 @@ def decide(instance: Instance) -> Outcome:
     facts = lifecycle.instance_type(instance)
     if not isinstance(facts, InstanceTypeFacts):
         return facts
-    refusals = admission.refusals(instance.spec, instance.settings, instance.workload)
+    refusals = admission.refusals(instance.spec, instance.settings, instance.kept)
     if refusals:
         return refused(*refusals)
     hostname = lifecycle.pinned_hostname(instance)

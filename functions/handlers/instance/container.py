@@ -2,13 +2,16 @@
 
 The request is planned by the core (`plan`: sizes, resource keys, credits); the Pod is laid out
 by `pod`; its status is mirrored back into the Instance. A running Pod keeps what it was
-composed with: Pods are immutable, and a setting turned off later must not strand it.
+composed with: Pods are immutable, and a setting turned off later must not strand it. A Pod
+made from another spec, or rejected at admission, is replaced instead (`record`); the Pod
+records the digest of the spec it is made from.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import replace
 from typing import Any
 
 from functions import structs
@@ -65,15 +68,17 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
         fit_affinity=instance.settings.workload_fit_affinity,
         pin_expressions=steering,
         dialect=instance.settings.dialect,
+        spec_digest=instance.spec_digest,
     )
-    pod = render_pod(instance.spec, inputs)
-    if instance.workload is not None:
-        keep_placement_and_size(pod, instance.workload)
-    composed = {"pod": pod}
     service = render_service(instance.spec, instance.name, instance.namespace)
-    if service is not None:
-        composed["service"] = service
-    status = pod_status(instance.workload, instance.request.observed("service"))
+    composed = {"service": service} if service is not None else {}
+    if instance.replacing is not None:  # this round drops the Pod, the next one makes it
+        return replace(instance.replacing, resources=composed)
+    pod = render_pod(instance.spec, inputs)
+    if instance.kept is not None:
+        keep_placement_and_size(pod, instance.kept)
+    composed = {"pod": pod, **composed}
+    status = pod_status(instance.kept, instance.request.observed("service"))
     return Running(reasons.POD_COMPOSED, composed, status)
 
 

@@ -77,7 +77,7 @@ def instance_type(instance: Instance) -> InstanceTypeFacts | Outcome:
     observed = found[0] if found else None
     if observed is not None and observed.draining:
         return drain(instance, f"instance type {name} is draining")
-    if observed is not None and stopped_by_queue(instance.workload):
+    if observed is not None and stopped_by_queue(instance.kept):
         return drain(instance, f"instance type {name} drained its queue (Kueue stopped the Pod)")
     if observed is not None and not observed.deleting:
         if isinstance(observed.facts, StatusError):
@@ -125,21 +125,20 @@ def read_type(instance_type: View) -> TypeRead:
 
 
 def retyped(instance: Instance, facts: InstanceTypeFacts) -> Outcome | None:
-    """A running Pod queued to another type's entrance: `spec.type` changed while it runs.
-
-    The Instance XRD refuses that in a cluster, but only from Crossplane 2.2 on (earlier ones
-    drop root-level rules) and never offline; so the handler refuses it too, and the Fatal result
-    keeps the running Pod."""
-    pod = instance.workload
+    """A kept Pod queued to another type's entrance: `spec.type` changed under a Pod that
+    carries no record of its spec (made before Pods carried one, `record`), so it is not the
+    Instance's Pod and is replaced, as one whose record differs is."""
+    pod = instance.kept
     if pod is None or instance.virtual_machine:
         return None
     queued_to = pod.labels().get(labels.QUEUE_NAME, "")
     if not queued_to or not facts.entrance or queued_to == facts.entrance:
         return None
     message = (
-        "type is immutable while the Instance runs: set spec.stop to true first, then repoint it"
+        f"the Pod is queued to {queued_to}, not to instance type {facts.name}'s entrance "
+        f"{facts.entrance}: replacing it with a Pod of the current spec"
     )
-    return refused(Refusal("spec.type", message, reasons.IMMUTABLE))
+    return Waiting(reasons.REPLACING_OUTDATED_POD, message)
 
 
 def pinned_hostname(instance: Instance) -> str | Outcome | None:
@@ -152,8 +151,8 @@ def pinned_hostname(instance: Instance) -> str | Outcome | None:
         return Waiting(reasons.READING_NODE, f"spec.nodeName: reading node {node_name}")
     if found:
         return found[0].labels().get(labels.HOSTNAME) or node_name
-    if instance.workload is not None:  # the node only has to exist when the Pod is first made
-        return instance.workload.str("spec", "nodeSelector", labels.HOSTNAME) or node_name
+    if instance.kept is not None:  # the node only has to exist when the Pod is first made
+        return instance.kept.str("spec", "nodeSelector", labels.HOSTNAME) or node_name
     return refused(
         Refusal(
             "spec.nodeName",

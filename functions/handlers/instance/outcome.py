@@ -6,11 +6,13 @@ not caught up yet: the reason, and anything composed meanwhile), or `Running` (t
 objects and the status mirrored from them, with any conditions it adds). `render` turns an
 outcome into the Desired state.
 
-A refusal never removes a running workload: an observed Pod, or a VMI that has started on a
-node, is kept by a Fatal result (the container runtime), or composed as observed with a
-`RestartRequired` condition (the VirtualMachine runtime, `vm.keep_running`); a VMI that never
-left Pending or Scheduling has not started, so a refusal drops it, and a new spec replaces it
-(`Waiting`, reason `ReplacingVirtualMachine`: KubeVirt refuses to update a VMI's spec).
+A refusal never removes a running workload: an observed Pod made from the current spec, or a
+VMI that has started on a node, is kept by a Fatal result (the container runtime), or composed
+as observed with a `RestartRequired` condition (the VirtualMachine runtime, `vm.keep_running`);
+a VMI that never left Pending or Scheduling has not started, so a refusal drops it, and a new
+spec replaces it (`Waiting`, reason `ReplacingVirtualMachine`: KubeVirt refuses to update a
+VMI's spec). A Pod made from another spec, or rejected by the kubelet at admission, is not kept
+either (`record`): a refusal removes it, and a start replaces it.
 """
 
 from __future__ import annotations
@@ -38,17 +40,25 @@ class Instance:
     settings: Settings
     workload: View | None  # the observed Pod or VMI, if any
     generation: int
+    spec_digest: str = ""  # what a Pod made from the spec records (`record.spec_digest`)
+    replacing: Waiting | None = None  # why the observed Pod is not kept (`record.replacing`)
 
     @property
     def virtual_machine(self) -> bool:
         return self.spec.str("runtime") == "VirtualMachine"
 
     @property
+    def kept(self) -> View | None:
+        """The observed workload, unless it is a Pod being replaced: what gates, the pin and
+        the Pod's placement read as already held."""
+        return None if self.replacing is not None else self.workload
+
+    @property
     def running(self) -> bool:
-        """A workload a refusal must not remove: any observed Pod, or a started VMI."""
-        if self.workload is None:
+        """A workload a refusal must not remove: a kept Pod, or a started VMI."""
+        if self.kept is None:
             return False
-        return not self.virtual_machine or started(self.workload)
+        return not self.virtual_machine or started(self.kept)
 
 
 # KubeVirt's VMI phases once its launcher is on a node (Unknown: the node stopped reporting).

@@ -33,6 +33,7 @@ class PodInputs:
     runtime_class: str | None = None
     fit_affinity: bool = True
     dialect: Dialect = DIALECTS[DEFAULT]  # the cluster's device plugin
+    spec_digest: str = ""  # the Instance spec the Pod is made from (`record.spec_digest`)
 
 
 def render_pod(spec: View, inputs: PodInputs) -> dict:
@@ -59,16 +60,14 @@ def render_pod(spec: View, inputs: PodInputs) -> dict:
     }
     if spec.has("imagePullSecret"):
         pod_spec["imagePullSecrets"] = [{"name": spec.str("imagePullSecret", "name")}]
-    return {
-        "apiVersion": apis.CORE,
-        "kind": "Pod",
-        "metadata": {
-            "name": inputs.name,
-            "namespace": inputs.namespace,
-            "labels": {labels.QUEUE_NAME: inputs.entrance, labels.INSTANCE: inputs.name},
-        },
-        "spec": pod_spec,
+    metadata: dict = {
+        "name": inputs.name,
+        "namespace": inputs.namespace,
+        "labels": {labels.QUEUE_NAME: inputs.entrance, labels.INSTANCE: inputs.name},
     }
+    if inputs.spec_digest:
+        metadata["annotations"] = {labels.SPEC_DIGEST: inputs.spec_digest}
+    return {"apiVersion": apis.CORE, "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
 def main_container(spec: View, inputs: PodInputs) -> dict:
@@ -179,8 +178,8 @@ def sshd(spec: View, inputs: PodInputs) -> dict:
 def fit_affinity(inputs: PodInputs) -> dict | None:
     """The Pod's required node affinity, one term: the pin's flavor steering, the card count a
     multi-card claim needs, and (with `workloadFitAffinity`) per-card feasibility from the fit
-    labels — a slice needs one card with its units free, a share on N cards needs N cards with
-    a free share on one node."""
+    labels — N whole cards need N wholly free cards on one node, a slice needs one card with
+    its units free, a share on N cards needs N cards with a free share on one node."""
     claim, key = inputs.plan.claim, inputs.accelerator_key
     # Replicas a plugin may stack on one card need no node with that many cards.
     spread = claim.mode is not Mode.SHARED or inputs.dialect.distinct_shares
@@ -200,6 +199,13 @@ def fit_affinity(inputs: PodInputs) -> dict | None:
 
 
 def fit_expressions(claim: Claim, key: str) -> list[dict]:
+    """What the fit labels must say of one node for the claim to fit on its cards: without
+    them a whole card is placed on a node whose cards are all held by shares or slices (the
+    plugin advertises `<base>` per card, whatever holds it) and the kubelet fails the Pod."""
+    if claim.mode is Mode.EXCLUSIVE:
+        return [
+            {"key": labels.EXCLUSIVE_FIT + key, "operator": "Gt", "values": [str(claim.cards - 1)]}
+        ]
     if claim.mode is Mode.SLICED:
         return [
             {"key": labels.SLICED_FIT + key, "operator": "Gt", "values": [str(claim.units - 1)]}
