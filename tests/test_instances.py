@@ -398,11 +398,7 @@ REFUSALS = [
         "spec.resources.acceleratorPartitionedProfile: instance type gpustack--nvidia-a10g-linux-amd64 does not offer hardware partitioning",
     ),
     (
-        {
-            "spec": {
-                "additionalVolumes": [{"mountPath": "/workspace/.", "configMap": {"name": "c"}}]
-            }
-        },
+        {"spec": {"additionalVolumes": [{"mountPath": "/workspace", "configMap": {"name": "c"}}]}},
         "InvalidVolume",
         "spec.additionalVolumes[0].mountPath: /workspace is the workspace (spec.volumeMount); mount elsewhere",
     ),
@@ -411,7 +407,7 @@ REFUSALS = [
             "spec": {
                 "additionalVolumes": [
                     {"mountPath": "/a", "configMap": {"name": "c"}},
-                    {"mountPath": "/tmp/../a", "secret": {"name": "s"}},
+                    {"mountPath": "/a", "secret": {"name": "s"}},
                 ]
             }
         },
@@ -473,10 +469,58 @@ SCHEMA_REFUSALS = [
         "spec.additionalVolumes[0]: exactly one of persistent, configMap, secret or hostPath must "
         "be set, got 0",
     ),
+    (
+        {"gpus": [{"name": "nvidia.com/NVIDIA_A10-4Q"}]},
+        'spec.gpus: Invalid value: "object": gpus are taken by the VirtualMachine runtime only; a '
+        "Container takes its accelerators through spec.resources: clear spec.gpus, or set "
+        "spec.runtime to VirtualMachine",
+        "spec.gpus: gpus are taken by the VirtualMachine runtime only; a Container takes its "
+        "accelerators through spec.resources: clear spec.gpus, or set spec.runtime to "
+        "VirtualMachine",
+    ),
+    (
+        {"volumeMount": "/workspace/./data"},
+        'spec.volumeMount: Invalid value: "string": volumeMount must be a canonical path: no '
+        "'.' or '..' segment (/workspace/data, not /workspace/./data)",
+        "spec.volumeMount: must be an absolute, canonical path, got '/workspace/./data': write "
+        "'/workspace/data'",
+    ),
+    *[
+        (
+            {"additionalVolumes": [{"mountPath": path, "configMap": {"name": "c"}}]},
+            'spec.additionalVolumes[0].mountPath: Invalid value: "string": mountPath must be a '
+            "canonical path: no empty, '.' or '..' segment and no trailing '/' (/mnt/data, not "
+            "/mnt/data/, //mnt/data or /mnt/./data)",
+            f"spec.additionalVolumes[0].mountPath: must be an absolute, canonical path, got "
+            f"{path!r}: write {canonical!r}",
+        )
+        for path, canonical in [
+            ("/mnt/../etc", "/etc"),
+            ("/mnt/data/", "/mnt/data"),
+            ("//mnt", "/mnt"),
+            ("/mnt/./x", "/mnt/x"),
+        ]
+    ],
+    (  # the canonical spelling of another entry's path: both rules say so
+        {
+            "additionalVolumes": [
+                {"mountPath": "/a", "configMap": {"name": "c"}},
+                {"mountPath": "/tmp/../a", "secret": {"name": "s"}},
+            ]
+        },
+        'spec.additionalVolumes[1].mountPath: Invalid value: "string": mountPath must be a '
+        "canonical path: no empty, '.' or '..' segment and no trailing '/' (/mnt/data, not "
+        "/mnt/data/, //mnt/data or /mnt/./data)",
+        "spec.additionalVolumes[1].mountPath: must be an absolute, canonical path, got "
+        "'/tmp/../a': write '/a'; spec.additionalVolumes[1].mountPath: /a duplicates "
+        "spec.additionalVolumes[0].mountPath",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("change", "by_api_server", "by_handler"), SCHEMA_REFUSALS)
+@pytest.mark.parametrize(
+    ("change", "by_api_server", "by_handler"), SCHEMA_REFUSALS, ids=[r[2] for r in SCHEMA_REFUSALS]
+)
 def test_what_the_schema_refuses_the_handler_refuses_too(world, change, by_api_server, by_handler):
     refused = copy.deepcopy(example("instance-sliced-demo.yaml"))
     refused["spec"].update(change)

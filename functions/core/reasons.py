@@ -28,6 +28,7 @@ PRIVILEGED_NOT_ALLOWED = "PrivilegedNotAllowed"
 HOST_PATH_NOT_ALLOWED = "HostPathNotAllowed"
 PLACEMENT_CONFLICT = "PlacementConflict"
 INVALID_FOR_VIRTUAL_MACHINE = "InvalidForVirtualMachine"
+INVALID_FOR_CONTAINER = "InvalidForContainer"  # a field only the VirtualMachine runtime takes
 GPU_CLASS_NOT_FOUND = "GPUClassNotFound"
 GPU_CLASS_DELETING = "GPUClassDeleting"
 GPU_CLASS_CONFLICT = "GPUClassConflict"

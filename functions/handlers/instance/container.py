@@ -4,7 +4,8 @@ The request is planned by the core (`plan`: sizes, resource keys, credits); the 
 by `pod`; its status is mirrored back into the Instance. A running Pod keeps what it was
 composed with: Pods are immutable, and a setting turned off later must not strand it. A Pod
 made from another spec, or rejected at admission, is replaced instead (`record`); the Pod
-records the digest of the spec it is made from.
+records the digest of the spec it is made from. `spec.gpus` is refused here: only the
+VirtualMachine runtime takes it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from functions.handlers.instance.outcome import (
     refused,
 )
 from functions.handlers.instance.pod import PodInputs, render_pod, render_service
-from functions.views import View, passed_on
+from functions.views import ListView, View, passed_on
 
 # The RuntimeClass each manufacturer's container toolkit installs (T-Head's needs none).
 RUNTIME_CLASSES = {
@@ -37,6 +38,9 @@ RUNTIME_CLASSES = {
 
 
 def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) -> Outcome:
+    refusal = runtime_refusal(instance.spec)
+    if refusal is not None:
+        return refused(refusal)
     resources = instance.spec.view("resources").to_dict()
     planned = plan(resources, facts, instance.settings.overcommit, instance.settings.dialect)
     if isinstance(planned, Wait):
@@ -80,6 +84,18 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
     composed = {"pod": pod, **composed}
     status = pod_status(instance.kept, instance.request.observed("service"))
     return Running(reasons.POD_COMPOSED, composed, status)
+
+
+def runtime_refusal(spec: View) -> Refusal | None:
+    """`spec.gpus` is the VirtualMachine runtime's: a Pod would silently take none of it."""
+    gpus = spec.get("gpus")
+    if gpus is None or (isinstance(gpus, ListView) and not len(gpus)):
+        return None
+    message = (
+        "gpus are taken by the VirtualMachine runtime only; a Container takes its accelerators "
+        "through spec.resources: clear spec.gpus, or set spec.runtime to VirtualMachine"
+    )
+    return Refusal("spec.gpus", message, reasons.INVALID_FOR_CONTAINER)
 
 
 def privileged_cards_refusal(dialect: Dialect) -> Refusal | None:

@@ -1,8 +1,10 @@
 """An Instance's volumes: the shape rules, the host-path gate, and claim placement.
 
-Shape (reference §8.3): every additional volume has an absolute, canonical mountPath that
-duplicates neither another entry nor the workspace, exactly one source, a relative subPath that
-does not climb out, DNS-valid object names and a valid hostPath. The host-path gate (§7.2) is
+Shape (reference §8.3, walkthrough §6): the workspace and every additional volume have an
+absolute, canonical mountPath (`/mnt/../etc`, `/mnt/data/`, `//mnt`, `/mnt/./x` are refused,
+the canonical spelling in the message); an additional volume duplicates neither another entry
+nor the workspace, and has exactly one source, a relative subPath that does not climb out,
+DNS-valid object names and a valid hostPath. The host-path gate (§7.2) is
 judged only when an Instance takes the escape: a mount the observed Pod already holds is covered.
 Placement (§1.4, the walkthrough §6): a bound node-local claim pins the Pod to its node; network
 or ReadWriteMany storage does not; a claim nothing binds composes no Pod.
@@ -42,10 +44,26 @@ def clean(path: str) -> str:
     return posixpath.normpath(path) if path else path
 
 
+def canonical(path: str) -> str:
+    """An absolute path in its one spelling: no empty, `.` or `..` segment, no trailing `/`
+    (`..` at the root stays at the root, as the kernel resolves it)."""
+    segments: list[str] = []
+    for segment in path.split("/"):
+        if segment == "..":
+            segments = segments[:-1]
+        elif segment not in ("", "."):
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
 def shape_refusals(spec: View) -> list[Refusal]:
-    """Every shape rule the additional volumes break, entry by entry, in field order."""
+    """Every shape rule the workspace mount and the additional volumes break, entry by entry,
+    in field order."""
     refusals = []
-    workspace = clean(spec.str("volumeMount") or "/workspace")
+    workspace = spec.str("volumeMount") or "/workspace"
+    if spec.has("volumeMount"):
+        refusals += canonical_refusals("spec.volumeMount", workspace)
+    workspace = canonical(workspace)
     seen: dict[str, int] = {}
     for index, volume in enumerate(spec.list("additionalVolumes").views()):
         at = f"spec.additionalVolumes[{index}]"
@@ -57,22 +75,36 @@ def shape_refusals(spec: View) -> list[Refusal]:
     return refusals
 
 
+def canonical_refusals(at: str, path: str) -> list[Refusal]:
+    """Absolute and canonical (walkthrough §6): the kubelet mounts the path as written, so
+    `/mnt/../etc` would land on `/etc` and two spellings of one path would escape the
+    duplicate rule."""
+    if not path.startswith("/"):
+        return [Refusal(at, f"must be an absolute path, got {path!r}")]
+    if path == canonical(path):
+        return []
+    message = f"must be an absolute, canonical path, got {path!r}: write {canonical(path)!r}"
+    return [Refusal(at, message)]
+
+
 def mount_path_refusals(
     at: str, index: int, volume: View, workspace: str, seen: dict[str, int]
 ) -> list[Refusal]:
-    """Absolute, and neither the workspace nor another entry's path (once cleaned)."""
+    """Absolute and canonical, and neither the workspace nor another entry's path (compared
+    in canonical form, so a refused spelling names the clash too)."""
     mount = volume.str("mountPath")
+    refusals = canonical_refusals(f"{at}.mountPath", mount)
     if not mount.startswith("/"):
-        return [Refusal(f"{at}.mountPath", f"must be an absolute path, got {mount!r}")]
-    path = clean(mount)
+        return refusals
+    path = canonical(mount)
     first = seen.setdefault(path, index)
     if path == workspace:
         message = f"{path} is the workspace (spec.volumeMount); mount elsewhere"
-        return [Refusal(f"{at}.mountPath", message)]
+        return [*refusals, Refusal(f"{at}.mountPath", message)]
     if first != index:
         message = f"{path} duplicates spec.additionalVolumes[{first}].mountPath"
-        return [Refusal(f"{at}.mountPath", message)]
-    return []
+        return [*refusals, Refusal(f"{at}.mountPath", message)]
+    return refusals
 
 
 def source_refusals(at: str, volume: View) -> list[Refusal]:
