@@ -545,6 +545,88 @@ def test_a_tenant_is_entitled_when_it_and_every_parent_are(world, case):
     assert world.get("VirtualMachineInstance", "vm-t", case.vm_namespace) is None
 
 
+# --- a raw entry is no way around vGPU entitlement (seed 003) -----------------------------------
+
+A10_4Q = "nvidia.com/NVIDIA_A10-4Q"  # a mediated-device resource no class offers
+
+
+def permit_mediated(world: World, resource: str) -> None:
+    kubevirt = copy.deepcopy(world.get("KubeVirt", "kubevirt", "cozy-kubevirt"))
+    mediated = kubevirt["spec"]["configuration"]["permittedHostDevices"]["mediatedDevices"]
+    mediated.append({"mdevNameSelector": "NVIDIA A10-4Q", "resourceName": resource})
+    world.apply(kubevirt)
+
+
+@dataclass(frozen=True)
+class RawCase:
+    name: str
+    resource: str
+    platform_entitled: bool  # the Catalog's vgpuEntitlement
+    refused: str  # the message's end, after "<resource> is a vGPU (…) and "; "" when it starts
+    namespaces: tuple[dict, ...] = ()
+    namespace: str = "default"
+    what: str = "a mediated device in KubeVirt's permitted-device table"
+
+
+NOT_ENTITLED = 'vGPU is not entitled: enable the Catalog\'s "vgpuEntitlement" setting'
+RAW_VGPUS = [
+    RawCase("a mediated device KubeVirt permits, vGPU not entitled", A10_4Q, False, NOT_ENTITLED),
+    RawCase("a mediated device KubeVirt permits, vGPU entitled", A10_4Q, True, ""),
+    RawCase(
+        "a vGPU class's resource, vGPU not entitled",
+        "example.com/byol-vgpu",
+        False,
+        NOT_ENTITLED,
+        what="the resource of vGPU class example-byol-vgpu",
+    ),
+    RawCase(
+        "a mediated device in a tenant without its own entitlement",
+        A10_4Q,
+        True,
+        "tenant namespace tenant-alpha is not entitled to vGPU: a tenant needs its own "
+        "entitlement and an entitled parent; label namespace tenant-alpha with "
+        'gpu.cozystack.io/vgpu: "true"',
+        (tenant("tenant-root"), tenant("tenant-alpha", "tenant-root")),
+        "tenant-alpha",
+    ),
+    RawCase(
+        "a mediated device in an entitled tenant",
+        A10_4Q,
+        True,
+        "",
+        (tenant("tenant-root"), tenant("tenant-alpha", "tenant-root", entitled=True)),
+        "tenant-alpha",
+    ),
+    RawCase("a passthrough resource needs no entitlement", "example.com/whole-gpu", False, ""),
+]
+
+
+@pytest.mark.parametrize("case", RAW_VGPUS, ids=[c.name for c in RAW_VGPUS])
+def test_a_raw_vgpu_entry_needs_the_entitlement_a_vgpu_class_does(world, case):
+    permit_mediated(world, A10_4Q)
+    world.patch("Catalog", "default", {"vgpuEntitlement": case.platform_entitled})
+    raw = vm([{"name": case.resource}], name="vm-raw")
+    raw["metadata"]["namespace"] = case.namespace
+    world.apply(*case.namespaces, raw)
+    world.reconcile()
+    found = world.get("Instance", "vm-raw", case.namespace)["status"]
+    vmi = world.get("VirtualMachineInstance", "vm-raw", case.namespace)
+    if not case.refused:
+        assert found["phase"] != "Refused"
+        assert vmi["spec"]["domain"]["devices"]["gpus"] == [
+            {"name": "gpu-0", "deviceName": case.resource}
+        ]
+        return
+    message = (
+        f"spec.gpus[0].name: {case.resource} is a vGPU ({case.what}) and {case.refused}; a raw "
+        "entry is no substitute for it"
+    )
+    assert (found["phase"], found["phaseMessage"]) == ("Refused", message)
+    admitted = next(c for c in found["conditions"] if c["type"] == "Admitted")
+    assert admitted["reason"] == "VGPUNotEntitled"
+    assert vmi is None
+
+
 def test_a_licensed_class_delivers_its_feature_type(world):
     world.patch("Catalog", "default", {"vgpuEntitlement": True})
     world.patch(

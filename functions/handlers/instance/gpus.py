@@ -4,7 +4,8 @@ Seed 003's selection rules: an entry selects exactly one of `className` and `nam
 class entries or raw entries, never both; a class name is a DNS label; `count` (default 1) is a
 whole number from 1 to 1024 and the entries expand to at most 1024 units per VMI. A class entry
 is refused when its class is missing, deleting or conflicting, its resource is not permitted by
-KubeVirt, or it is a vGPU class where vGPU is barred (not entitled; a worker pool); a VM takes
+KubeVirt, or it is a vGPU class where vGPU is barred (not entitled; a worker pool) — and so is
+a raw entry whose resource is a vGPU (a mediated device, or a vGPU class's resource); a VM takes
 vGPUs from one class only, and each class within its per-VM limit: `maxCount`, else 1 for vGPU,
 else the most GPUs of the resource one eligible node has — which the class's own reconcile
 publishes as `status.maxPerNode`, so that a VM's reconcile never requires every Node. No
@@ -42,20 +43,24 @@ def class_requirements() -> dict[str, Requirement]:
 
 @dataclass(frozen=True)
 class VgpuBar:
-    """Why a vGPU class cannot be taken here: the reason, and a message template ({name})."""
+    """Why a vGPU cannot be taken here: the reason, and message templates for a class entry
+    ({name}) and for a raw entry naming a vGPU resource ({name}, {what}: why it is a vGPU);
+    no raw template: raw entries are not judged (a worker pool takes class entries only)."""
 
     reason: str
     message: str
+    raw_message: str = ""
 
 
 @dataclass(frozen=True)
 class Offers:
     """The catalog as class entries read it: the classes by name, the resources KubeVirt
-    permits, and any vGPU bar."""
+    permits (and of them, its mediated devices: vGPUs), and any vGPU bar."""
 
     classes: Mapping[str, gpuclass.Offer]
     permitted: frozenset[str]
     vgpu_bar: VgpuBar | None = None
+    mediated: frozenset[str] = frozenset()
 
 
 READING = Waiting(reasons.READING_GPU_CLASSES, "spec.gpus: reading the GPU classes")
@@ -65,9 +70,17 @@ def read_classes(request: Request) -> Offers | None:
     """The classes and what KubeVirt permits; None while either is unread."""
     classes = gpuclass.offers(request, "gpuclasses")
     permitted = gpuclass.permitted_resources(request, "kubevirt")
-    if classes is None or permitted is None:
+    mediated = request.required_read("kubevirt", mediated_by)
+    if classes is None or permitted is None or mediated is None:
         return None
-    return Offers({offer.name: offer for offer in classes}, permitted)
+    by_name = {offer.name: offer for offer in classes}
+    return Offers(by_name, permitted, mediated=frozenset().union(*mediated))
+
+
+def mediated_by(kubevirt: View) -> frozenset[str]:
+    """The mediated devices (vGPU profiles) one KubeVirt CR lets VMs take."""
+    devices = kubevirt.list("spec", "configuration", "permittedHostDevices", "mediatedDevices")
+    return frozenset(d.str("resourceName") for d in devices.views()) - {""}
 
 
 def read_offers(request: Request, platform_entitled: bool) -> Offers | Waiting:
@@ -79,7 +92,8 @@ def read_offers(request: Request, platform_entitled: bool) -> Offers | Waiting:
     if why is None:
         return offers
     template = "GPU class {name} is a vGPU offer and " + why
-    return replace(offers, vgpu_bar=VgpuBar(reasons.VGPU_NOT_ENTITLED, template))
+    raw = "{name} is a vGPU ({what}) and " + why + "; a raw entry is no substitute for it"
+    return replace(offers, vgpu_bar=VgpuBar(reasons.VGPU_NOT_ENTITLED, template, raw))
 
 
 # --- class entries → GPU devices ---------------------------------------------------------------
@@ -105,6 +119,8 @@ def resolve(entries: list[View], offers: Offers, at: str = "spec.gpus") -> Resol
     resolved, counts = Resolved(), {}
     for index, entry in enumerate(entries):
         if not entry.has("className"):
+            refusal = raw_refusal(f"{at}[{index}].name", entry.str("name"), offers)
+            refusals += [refusal] if refusal is not None else []
             resolved.devices.append(entry.str("name"))
             continue
         name, count = entry.str("className"), entry_count(entry)
@@ -197,6 +213,27 @@ def class_refusal(
         bar = offers.vgpu_bar
         return Refusal(at, bar.message.format(name=name), bar.reason)
     return None
+
+
+def raw_refusal(at: str, resource: str, offers: Offers) -> Refusal | None:
+    """A raw entry takes no class and no license, and is no way around the vGPU bar (seed 003:
+    raw entries "are not a substitute for vGPU entitlement"): a resource that is a vGPU — a
+    mediated device KubeVirt permits, or a vGPU class's resource — is barred as the class is."""
+    bar = offers.vgpu_bar
+    if bar is None or not bar.raw_message:
+        return None
+    what = vgpu_of(resource, offers)
+    if not what:
+        return None
+    return Refusal(at, bar.raw_message.format(name=resource, what=what), bar.reason)
+
+
+def vgpu_of(resource: str, offers: Offers) -> str:
+    """Why `resource` is a vGPU, in words; "" when it is not one."""
+    if resource in offers.mediated:
+        return "a mediated device in KubeVirt's permitted-device table"
+    classes = sorted(c.name for c in offers.classes.values() if c.vgpu and c.resource == resource)
+    return f"the resource of vGPU class {classes[0]}" if classes else ""
 
 
 def vgpu_class_refusals(
