@@ -125,7 +125,7 @@ def runtime_class(instance: Instance, manufacturer: str) -> str | None:
     """The manufacturer's RuntimeClass, only if the cluster has it (reference §5.2)."""
     wanted = RUNTIME_CLASSES.get(manufacturer)
     classes = instance.request.required_objects("runtimeclasses") or ()
-    return wanted if wanted in map(structs.name_of, classes) else None
+    return wanted if wanted is not None and wanted in map(structs.name_of, classes) else None
 
 
 def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:

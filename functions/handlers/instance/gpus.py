@@ -116,7 +116,7 @@ def resolve(entries: list[View], offers: Offers, at: str = "spec.gpus") -> Resol
     if refusals:
         return refusals
     by_name = offers.classes
-    resolved, counts = Resolved(), {}
+    resolved, counts = Resolved(), dict[str, int]()
     for index, entry in enumerate(entries):
         if not entry.has("className"):
             refusal = raw_refusal(f"{at}[{index}].name", entry.str("name"), offers)

@@ -26,7 +26,7 @@ Expression = dict[str, object]
 
 def flavor_expressions(node_labels: Mapping[str, str], flavors: list[View]) -> list[Expression]:
     """One expression per flavor the pinned node is not in, on a key where they differ."""
-    found = []
+    found: list[Expression] = []
     for flavor in flavors:
         wanted = {k: v for k, v in flavor.view("spec", "nodeLabels").items() if isinstance(v, str)}
         differing = sorted(k for k, v in wanted.items() if node_labels.get(k) != v)

@@ -104,7 +104,7 @@ def main_container(spec: View, inputs: PodInputs) -> dict:
 def additional_volume(index: int, volume: View) -> tuple[dict, dict]:
     """One additional volume: its source, and its mount into `main` (into `main` only)."""
     name = f"additional-{index}"
-    mount = {"name": name, "mountPath": volume.str("mountPath")}
+    mount: dict[str, str | bool] = {"name": name, "mountPath": volume.str("mountPath")}
     if volume.bool("readOnly"):
         mount["readOnly"] = True
     if volume.str("subPath"):
