@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from kubernetes.utils import parse_quantity
+from functions.simulate.upstream import parse_quantity
 
 NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")

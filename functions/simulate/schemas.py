@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.resources
 import json
 import os
 import re
@@ -19,14 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-try:
-    import kubernetes_validate
-except ImportError as missing:  # the simulator's extra, not the served function's dependencies
-    raise ImportError(
-        f"{missing.name} is needed to simulate: pip install 'function-gpustack[simulate]'"
-    ) from missing
+from functions.documents import load_all
+from functions.simulate.upstream import kubernetes_validate_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS_MISSING = (
@@ -49,7 +42,7 @@ def schema_dir() -> Path | None:
 
 
 def documents(path: Path) -> list[dict]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [document.obj for document in load_all(path) if document.obj]
 
 
 # --- which schema applies -------------------------------------------------------------------
@@ -186,7 +179,6 @@ def _kubevirt_kind(directory: Path | None, api_version: str, kind: str) -> KindS
     )
 
 
-_CORE_SCHEMAS = f"kubernetes-json-schema/v{kubernetes_validate.latest_version()}-local"
 # Most kinds' names are DNS subdomains; these differ (apimachinery's validation, per kind).
 _CORE_NAME_RULES = {"Namespace": "label", "Service": "dns1035"} | dict.fromkeys(
     ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"), "path segment"
@@ -200,7 +192,7 @@ def _core_definitions() -> dict[str, Any]:
 
 @functools.cache
 def _core_file(name: str) -> Any:
-    path = importlib.resources.files("kubernetes_validate").joinpath(f"{_CORE_SCHEMAS}/{name}")
+    path = kubernetes_validate_schemas() / name
     return json.loads(path.read_text()) if path.is_file() else None
 
 
