@@ -14,6 +14,10 @@ Two callers are played: `CROSSPLANE_2` (2.2 and newer: it advertises its capabil
 answers `requirements.resources` in `required_resources`, honouring namespaces) and
 `CROSSPLANE_1` (1.x: no capabilities; it answers only `requirements.extra_resources`, in
 `extra_resources`, and ignores a selector's namespace).
+
+Objects become protobuf Structs through `structs` (by default the SDK's `dict_to_struct`): a
+caller that hands the same unchanged objects to many calls (the simulated Crossplane) passes
+one that remembers.
 """
 
 from __future__ import annotations
@@ -25,10 +29,16 @@ from typing import Any
 
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf.struct_pb2 import Struct
 
 MAX_ITERATIONS = 5
 
 Runner = Callable[[fnv1.RunFunctionRequest], fnv1.RunFunctionResponse]
+ToStruct = Callable[[Mapping[str, Any]], Struct]
+
+
+def to_struct(obj: Mapping[str, Any]) -> Struct:
+    return resource.dict_to_struct(dict(obj))
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,7 @@ def fulfil(
     selector: fnv1.ResourceSelector,
     objects: Iterable[Mapping[str, Any]],
     honour_namespace: bool = True,
+    structs: ToStruct = to_struct,
 ) -> fnv1.Resources:
     found = sorted(
         (obj for obj in objects if matches(selector, obj, honour_namespace)),
@@ -93,9 +104,7 @@ def fulfil(
     )
     if selector.WhichOneof("match") == "match_name":
         found = found[:1]
-    return fnv1.Resources(
-        items=[fnv1.Resource(resource=resource.dict_to_struct(dict(o))) for o in found]
-    )
+    return fnv1.Resources(items=[fnv1.Resource(resource=structs(o)) for o in found])
 
 
 def request(
@@ -105,12 +114,13 @@ def request(
     desired: fnv1.State | None = None,
     context: Any = None,
     caller: Caller = CROSSPLANE_2,
+    structs: ToStruct = to_struct,
 ) -> fnv1.RunFunctionRequest:
     req = fnv1.RunFunctionRequest()
     req.meta.capabilities.extend(caller.capabilities)
     req.observed.composite.resource.update(dict(composite))
     for name, obj in sorted(observed.items()):
-        req.observed.resources[name].resource.update(dict(obj))
+        req.observed.resources[name].resource.CopyFrom(structs(obj))
     if desired is not None:
         req.desired.CopyFrom(desired)
     req.input.update(dict(step_input))
@@ -125,6 +135,7 @@ def run_step(
     req: fnv1.RunFunctionRequest,
     objects: Iterable[Mapping[str, Any]],
     caller: Caller = CROSSPLANE_2,
+    structs: ToStruct = to_struct,
 ) -> fnv1.RunFunctionResponse:
     """One pipeline step with its requirements loop; returns the final response."""
     objects = list(objects)
@@ -138,7 +149,7 @@ def run_step(
         if asked == previous:  # proto.Equal: nil equals only nil
             return rsp
         previous = asked
-        _answer(req, rsp.requirements, objects, caller, bootstrap)
+        _answer(req, rsp.requirements, objects, caller, bootstrap, structs)
         req.context.CopyFrom(rsp.context)
     raise RequirementsUnstable(
         f"requirements didn't stabilize after the maximum number of iterations ({MAX_ITERATIONS})"
@@ -151,6 +162,7 @@ def _answer(
     objects: list[Mapping[str, Any]],
     caller: Caller,
     bootstrap: Mapping[str, fnv1.Resources],
+    structs: ToStruct = to_struct,
 ) -> None:
     honour = caller.honours_namespaces
     req.ClearField("extra_resources")  # what the call before was given goes
@@ -158,11 +170,11 @@ def _answer(
     for name, resources in bootstrap.items():
         req.required_resources[name].CopyFrom(resources)
     for name, selector in requirements.extra_resources.items():
-        req.extra_resources[name].CopyFrom(fulfil(selector, objects, honour))
+        req.extra_resources[name].CopyFrom(fulfil(selector, objects, honour, structs))
     if caller.reads_extra_resources:
         return  # 1.x knows nothing of requirements.resources
     for name, selector in requirements.resources.items():
-        req.required_resources[name].CopyFrom(fulfil(selector, objects, honour))
+        req.required_resources[name].CopyFrom(fulfil(selector, objects, honour, structs))
 
 
 def run_pipeline(
@@ -172,6 +184,7 @@ def run_pipeline(
     observed: Mapping[str, Mapping[str, Any]],
     objects: Iterable[Mapping[str, Any]],
     caller: Caller = CROSSPLANE_2,
+    structs: ToStruct = to_struct,
 ) -> tuple[fnv1.RunFunctionResponse, list[tuple[str, fnv1.Result]]]:
     """Run every step of a pipeline Composition; a Fatal result stops it there.
 
@@ -181,8 +194,8 @@ def run_pipeline(
     desired, context, results = None, None, []
     rsp = fnv1.RunFunctionResponse()
     for step in composition["spec"]["pipeline"]:
-        req = request(composite, observed, step.get("input", {}), desired, context, caller)
-        rsp = run_step(run, req, objects, caller)
+        req = request(composite, observed, step.get("input", {}), desired, context, caller, structs)
+        rsp = run_step(run, req, objects, caller, structs)
         results.extend((step["step"], result) for result in rsp.results)
         if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
             break

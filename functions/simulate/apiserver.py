@@ -4,7 +4,15 @@ It decides whether a write is stored and what is stored, with the API server's r
 - each create, update, patch and status write is validated (`validation.check`: schema, ObjectMeta,
   CEL rules with `oldSelf`); a refused write raises `Refused` with the API server's message and
   leaves the stored object untouched;
-- unknown fields are pruned and reported in `warnings`, as the API server's Warning headers;
+- unknown fields are pruned, as the API server prunes them; what it says of them (and of a
+  field the request body gives twice: `duplicates`, which the caller's decoder found) is the
+  request's `field_validation`, as kube-apiserver's parameter of that name: `Warn` (the API's
+  default, what a controller's client sends) puts `unknown field "spec.x"` and
+  `duplicate field "spec.y"` in `warnings`, as its Warning headers; `Strict` (kubectl's default,
+  `--validate=strict`) refuses the write as BadRequest, in the decoder's words:
+  `Instance in version "v1alpha1" cannot be handled as a Instance: strict decoding error:
+  duplicate field "spec.y", unknown field "spec.x"`, before any other check; `Ignore` says
+  nothing;
 - `metadata.generation` starts at 1 and moves when anything but metadata and status changes;
 - where a kind has a status subresource, a write of the main resource keeps the stored status and
   `update_status` writes only the status (never moving the generation). A create keeps the status
@@ -28,7 +36,6 @@ It decides whether a write is stored and what is stored, with the API server's r
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -37,8 +44,8 @@ from typing import Any
 
 from functions.simulate.podupdate import pod_update_errors
 from functions.simulate.schemas import KindSchema, Schemas
-from functions.simulate.store import Key, Store
-from functions.simulate.validation import FieldError, check, json_equal
+from functions.simulate.store import Key, Store, copy_of
+from functions.simulate.validation import FieldError, check, json_equal, same
 
 EPOCH = "2026-01-01T00:00:00Z"  # the clock's reading until a cluster sets one
 # The API server's status reasons for a refused write.
@@ -47,18 +54,39 @@ NOT_FOUND = "NotFound"
 ALREADY_EXISTS = "AlreadyExists"
 BAD_REQUEST = "BadRequest"
 FORBIDDEN = "Forbidden"
+# fieldValidation, the write's query parameter (kube-apiserver's values).
+IGNORE, WARN, STRICT = "Ignore", "Warn", "Strict"
 
 
 class Refused(Exception):
     """A write the API server refuses; the message is what kubectl would print.
 
     `reason` is the API server's status reason (Invalid, NotFound, AlreadyExists, BadRequest);
-    `errors` are the field errors of an Invalid refusal."""
+    `errors` are the field errors of an Invalid refusal; `fields` the paths of the fields a
+    strict decoding refused, the first `duplicates` of them given twice, the rest unknown;
+    `api_version` and `kind` the object's, where the refusal is about one."""
 
-    def __init__(self, message: str, reason: str = INVALID, errors: Sequence[FieldError] = ()):
+    def __init__(
+        self,
+        message: str,
+        reason: str = INVALID,
+        errors: Sequence[FieldError] = (),
+        fields: Sequence[str] = (),
+        duplicates: int = 0,
+        obj: Mapping[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.reason = reason
         self.errors = tuple(errors)
+        self.fields = tuple(fields)
+        self.duplicates = duplicates
+        self.api_version = str((obj or {}).get("apiVersion", ""))
+        self.kind = str((obj or {}).get("kind", ""))
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The fields the refusal names, the first the one to fix first."""
+        return self.fields or tuple(error.path for error in self.errors if error.path)
 
 
 @dataclass(frozen=True)
@@ -101,10 +129,18 @@ class ApiServer:
         self.revision = 0  # the last resourceVersion given
         self.creations: dict[Key, int] = {}  # how many times each identity was created
 
-    def create(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
+    def create(
+        self,
+        obj: Mapping[str, Any],
+        strict: bool = False,
+        *,
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """Store a new object at generation 1 (with the status it is given). `strict`: an
-        unknown field is refused rather than pruned (Strict field validation, and what
-        server-side apply does: its typed patch has no place for a field the schema lacks)."""
+        unknown field is an Invalid field error, "field not declared in schema" (what
+        server-side apply does: its typed patch has no place for a field the schema lacks);
+        `field_validation` and `duplicates`: the module's docstring."""
         obj = _copy_of(obj)
         if self._stored(obj) is not None:
             raise self._refusal(obj, ALREADY_EXISTS, "already exists")
@@ -119,7 +155,7 @@ class ApiServer:
         )
         metadata["creationTimestamp"] = self.clock()
         metadata["generation"] = 1
-        return self._write(obj, None, strict=strict)
+        return self._write(obj, None, False, strict, field_validation, duplicates)
 
     def bind(self, name: str, namespace: str, node: str) -> dict[str, Any]:
         """The Pod binding subresource (what kube-scheduler posts): sets `spec.nodeName` of a
@@ -130,11 +166,18 @@ class ApiServer:
         assigned = (pod.get("spec") or {}).get("nodeName")
         if assigned:
             raise Refused(f'pod {name} is already assigned to node "{assigned}"', "Conflict")
-        bound = copy.deepcopy(pod)
+        bound = copy_of(pod)
         bound["spec"]["nodeName"] = node
         return self._stored_as(bound, pod)
 
-    def update(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
+    def update(
+        self,
+        obj: Mapping[str, Any],
+        strict: bool = False,
+        *,
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """Replace the object's spec and metadata; its status stays the stored one."""
         obj = _copy_of(obj)
         old = self._stored(obj)
@@ -143,25 +186,37 @@ class ApiServer:
         if self._has_status_subresource(obj):
             obj.pop("status", None)
             if "status" in old:
-                obj["status"] = copy.deepcopy(old["status"])
-        return self._write(obj, old, strict=strict)
+                obj["status"] = old["status"]  # stored objects are never edited in place
+        return self._write(obj, old, False, strict, field_validation, duplicates)
 
-    def apply(self, obj: Mapping[str, Any], strict: bool = False) -> dict[str, Any]:
+    def apply(
+        self,
+        obj: Mapping[str, Any],
+        strict: bool = False,
+        *,
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """Create the object, or update it when it exists (its status stays the stored one)."""
-        if self._stored(obj) is not None:
-            return self.update(obj, strict)
-        return self.create(obj, strict)
+        write = self.update if self._stored(obj) is not None else self.create
+        return write(obj, strict, field_validation=field_validation, duplicates=duplicates)
 
-    def update_status(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+    def update_status(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """The status subresource: only `obj`'s status is taken; spec, metadata and generation stay."""
         old = self._stored(obj)
         if old is None:
             raise self._refusal(obj, NOT_FOUND, "not found")
-        new = copy.deepcopy(old)
-        new.pop("status", None)
+        new = {k: v for k, v in old.items() if k != "status"}
+        new["metadata"] = copy_of(old["metadata"])  # the system fields are set on it
         if "status" in obj:
-            new["status"] = copy.deepcopy(obj["status"])
-        return self._write(new, old, status_only=True)
+            new["status"] = copy_of(obj["status"])
+        return self._write(new, old, True, False, field_validation, duplicates)
 
     def merge_patch(
         self,
@@ -170,13 +225,17 @@ class ApiServer:
         patch: Mapping[str, Any],
         namespace: str = "",
         subresource: str = "",
+        *,
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
     ) -> dict[str, Any]:
         """A JSON merge patch (RFC 7386): objects merge, null deletes, anything else replaces.
-        `subresource="status"` patches the status subresource."""
+        `subresource="status"` patches the status subresource; `duplicates` are the fields
+        the patch's own JSON gives twice."""
         base = self._patch_base(kind, name, namespace)
-        patched = copy.deepcopy(base)
+        patched = copy_of(base)
         merge(patched, patch)
-        return self._patched(base, patched, subresource)
+        return self._patched(base, patched, subresource, field_validation, duplicates)
 
     def json_patch(
         self,
@@ -185,11 +244,13 @@ class ApiServer:
         operations: Sequence[Mapping[str, Any]],
         namespace: str = "",
         subresource: str = "",
+        *,
+        field_validation: str = WARN,
     ) -> dict[str, Any]:
         """A JSON patch (RFC 6902): add, remove, replace, move, copy and test, in order; any
         operation that cannot apply, a failed `test` included, refuses the whole patch."""
         base = self._patch_base(kind, name, namespace)
-        patched: Any = copy.deepcopy(base)
+        patched: Any = copy_of(base)
         for index, operation in enumerate(operations):
             try:
                 patched = _apply_operation(patched, operation)
@@ -199,7 +260,7 @@ class ApiServer:
                     f'{self._names(base)} "{name}": JSON patch operation {index} ({where}) {error}'
                 )
                 raise Refused(message, BAD_REQUEST) from None
-        return self._patched(base, patched, subresource)
+        return self._patched(base, patched, subresource, field_validation)
 
     def delete(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self.store.remove(Key(kind, namespace, name))
@@ -218,23 +279,55 @@ class ApiServer:
         return schema is None or schema.status_subresource  # unknown kinds: as most kinds are
 
     def _write(
-        self, obj: dict, old: dict | None, status_only: bool = False, strict: bool = False
+        self,
+        obj: dict,
+        old: dict | None,
+        status_only: bool = False,
+        strict: bool = False,
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
     ) -> dict[str, Any]:
         schema = self._schema(obj)
-        if schema is not None:
-            checked = check(schema, obj, old, status_only=status_only, strict=strict)
+        checked = (
+            check(schema, obj, old, status_only=status_only, strict=strict) if schema else None
+        )
+        self._decoded(obj, field_validation, duplicates, checked.unknown if checked else ())
+        if schema is not None and checked is not None:
             errors = list(checked.errors)
             if old is not None and not status_only and obj["kind"] == "Pod":
                 errors += pod_update_errors(checked.obj, old)
             if errors:
                 raise _invalid(schema, obj, errors)
-            self.warnings += checked.warnings
             obj = checked.obj
         if not status_only:
             self._admit(obj, old)
         if old is not None:
             obj["metadata"]["generation"] = _generation(old, obj)
         return self._stored_as(obj, old)
+
+    def _decoded(
+        self,
+        obj: Mapping[str, Any],
+        field_validation: str,
+        duplicates: Sequence[str],
+        unknown: Sequence[str],
+    ) -> None:
+        """What the decoder says of the fields given twice and the fields pruned, by the
+        write's field validation (the module's docstring); nothing under Ignore."""
+        said = [f'duplicate field "{p}"' for p in duplicates]
+        said += [f'unknown field "{p}"' for p in unknown]
+        if not said or field_validation == IGNORE:
+            return
+        if field_validation != STRICT:
+            self.warnings += said
+            return
+        kind, version = str(obj["kind"]), str(obj.get("apiVersion", "")).rpartition("/")[2]
+        message = (
+            f'{kind} in version "{version}" cannot be handled as a {kind}: '
+            f"strict decoding error: {', '.join(said)}"
+        )
+        fields = [*duplicates, *unknown]
+        raise Refused(message, BAD_REQUEST, fields=fields, duplicates=len(duplicates), obj=obj)
 
     def _stored_as(self, obj: dict[str, Any], old: Mapping[str, Any] | None) -> dict[str, Any]:
         """Store `obj` in place of `old`: the system fields kept, a new resourceVersion when
@@ -246,8 +339,8 @@ class ApiServer:
                     metadata[field] = old["metadata"][field]
                 else:
                     metadata.pop(field, None)
-            if json_equal(obj, old):
-                return self.store.put(old)  # as it was
+            if same(obj, old):
+                return old  # as it was: nothing is stored
         self.revision += 1
         metadata["resourceVersion"] = str(self.revision)
         return self.store.put(obj)
@@ -268,18 +361,26 @@ class ApiServer:
             raise Refused(f'{resource} "{name}" not found', NOT_FOUND)
         return existing
 
-    def _patched(self, base: dict[str, Any], patched: Any, subresource: str) -> dict[str, Any]:
+    def _patched(
+        self,
+        base: dict[str, Any],
+        patched: Any,
+        subresource: str,
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """Write the patched object, as the same object: a patch cannot rename or re-kind it."""
         if not isinstance(patched, dict) or _key_of(patched) != Key.of(base):
             message = f'{self._names(base)} "{Key.of(base).name}": a patch cannot change the kind, namespace or name'
             raise Refused(message, BAD_REQUEST)
+        options = {"field_validation": field_validation, "duplicates": duplicates}
         if subresource == "status":
-            return self.update_status(patched)
+            return self.update_status(patched, **options)
         if subresource:
             raise Refused(
                 f"the simulated API server has no {subresource!r} subresource", BAD_REQUEST
             )
-        return self.update(patched)
+        return self.update(patched, **options)
 
     def _names(self, obj: Mapping[str, Any]) -> str:
         schema = self._schema(obj)
@@ -292,7 +393,7 @@ class ApiServer:
 
 def _copy_of(obj: Mapping[str, Any]) -> dict[str, Any]:
     _key_of(obj)
-    return copy.deepcopy(dict(obj))
+    return copy_of(dict(obj))
 
 
 def _key_of(obj: Mapping[str, Any]) -> Key:
@@ -315,14 +416,16 @@ def _generation(old: Mapping[str, Any], new: Mapping[str, Any]) -> int:
     def desired(obj: Mapping[str, Any]) -> dict:
         return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
 
-    return previous + (not json_equal(desired(old), desired(new)))
+    return previous + (not same(desired(old), desired(new)))
 
 
 def _invalid(schema: KindSchema, obj: Mapping[str, Any], errors: Sequence[FieldError]) -> Refused:
     """kube-apiserver's wording: one error as is, several in brackets."""
     shown = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(map(str, errors)) + "]"
     name = obj["metadata"]["name"]
-    return Refused(f'{schema.qualified_kind} "{name}" is invalid: {shown}', INVALID, errors)
+    return Refused(
+        f'{schema.qualified_kind} "{name}" is invalid: {shown}', INVALID, errors, obj=obj
+    )
 
 
 # --- RFC 7386 ---------------------------------------------------------------------------------
@@ -339,8 +442,8 @@ def merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 def _merged(target: Any, patch: Any) -> Any:
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+        return copy_of(patch)
+    result = copy_of(target) if isinstance(target, dict) else {}
     merge(result, patch)
     return result
 
@@ -363,14 +466,14 @@ def _apply_operation(document: Any, operation: Mapping[str, Any]) -> Any:
     if op in ("add", "replace"):
         if op == "replace":
             _get(document, path)
-        return _put(document, path, copy.deepcopy(operation.get("value")), replace=op == "replace")
+        return _put(document, path, copy_of(operation.get("value")), replace=op == "replace")
     if op == "remove":
         return _remove(document, path)
     if op in ("move", "copy"):
         source = _pointer(operation.get("from"))
         if op == "move" and path[: len(source)] == source and path != source:
             raise _PatchError("cannot move a value into itself")
-        value = copy.deepcopy(_get(document, source))
+        value = copy_of(_get(document, source))
         document = _remove(document, source) if op == "move" else document
         return _put(document, path, value, replace=False)
     raise _PatchError("is not an operation: op must be add, remove, replace, move, copy or test")

@@ -23,20 +23,20 @@
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from google.protobuf.struct_pb2 import Struct
 
 from functions import pipeline
+from functions.documents import objects
 from functions.simulate import kube
 from functions.simulate.apiserver import INVALID, Refused
 from functions.simulate.client import Client
-from functions.simulate.store import Key
+from functions.simulate.store import Key, copy_of
 from functions.views import StructView
 
 COMPOSITE = "crossplane.io/composite"
@@ -90,6 +90,38 @@ def plural(kind: str) -> str:
     return CORE_PLURALS.get(kind, lower + ("es" if lower.endswith("s") else "s"))
 
 
+class Structs:
+    """Each stored object as a protobuf Struct, made once: the API server never edits a stored
+    object in place (store.py), so the object itself keys its Struct (held with it, so its id
+    is not reused). An object handed out to be edited in place (`World.get`, for a test that
+    edits the cluster's storage directly) is `tainted`: made afresh every time. `forget` drops
+    what is no longer stored."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[Mapping[str, Any], Struct]] = {}
+        self._tainted: dict[int, Mapping[str, Any]] = {}
+
+    def __call__(self, obj: Mapping[str, Any]) -> Struct:
+        found = self._made.get(id(obj))
+        if found is not None and found[0] is obj:
+            return found[1]
+        struct = pipeline.to_struct(obj)
+        if id(obj) not in self._tainted:
+            self._made[id(obj)] = (obj, struct)
+        return struct
+
+    def taint(self, obj: Mapping[str, Any]) -> None:
+        self._tainted[id(obj)] = obj
+        self._made.pop(id(obj), None)
+
+    def forget(self, stored: Callable[[Key], Mapping[str, Any] | None]) -> None:
+        def kept(obj: Mapping[str, Any]) -> bool:
+            return stored(Key.of(obj)) is obj
+
+        self._made = {i: made for i, made in self._made.items() if kept(made[0])}
+        self._tainted = {i: obj for i, obj in self._tainted.items() if kept(obj)}
+
+
 class Crossplane:
     def __init__(
         self,
@@ -114,6 +146,7 @@ class Crossplane:
         self.applied: dict[Key, dict[str, Any]] = {}  # what a composite last applied to each object
         self.results: dict[Key, list[fnv1.Result]] = {}
         self.events: dict[Key, list[str]] = {}  # Crossplane's own Warning events, by composite
+        self.structs = Structs()
 
     def namespaced_kinds(self) -> set[str]:
         return {kind for kind, xrd in self.xrds.items() if xrd["spec"].get("scope") == "Namespaced"}
@@ -121,6 +154,7 @@ class Crossplane:
     def run(self) -> None:
         for key in [key for key in self.owned if key not in self.api.api.store]:
             del self.owned[key], self.uids[key]  # the garbage collector takes what it composed
+        self.structs.forget(lambda key: self.api.peek(key.kind, key.name, key.namespace))
         for key in self.api.api.store:
             if key.kind in self.compositions and key in self.api.api.store:
                 self.reconcile(key)
@@ -132,8 +166,8 @@ class Crossplane:
         if self.uids.get(key) != composite["metadata"].get("uid"):  # another composite: no refs
             self.owned[key], self.uids[key] = {}, composite["metadata"].get("uid")
         owned = self.owned.setdefault(key, {})
-        observed = {
-            n: o for n, k in owned.items() if (o := self.api.get(k.kind, k.name, k.namespace))
+        observed = {  # only read: turned into the request's Structs
+            n: o for n, k in owned.items() if (o := self.api.peek(k.kind, k.name, k.namespace))
         }
         rsp = None  # the pipeline's response, once it has run
         try:
@@ -145,6 +179,7 @@ class Crossplane:
                 observed,
                 self.readable(),
                 self.caller,
+                self.structs,
             )
             self.results[key] = [result for _, result in results]
             fatal = [r for r in self.results[key] if r.severity == fnv1.SEVERITY_FATAL]
@@ -169,11 +204,7 @@ class Crossplane:
         self.api.update_status(composite)
 
     def readable(self) -> list[dict[str, Any]]:
-        return [
-            obj
-            for key in self.api.api.store
-            if (obj := self.api.get(key.kind, key.name, key.namespace))
-        ]
+        return self.api.peek_all()  # only read: turned into the request's Structs
 
     def _checked(self, run: pipeline.Runner) -> pipeline.Runner:
         """The runner, with Crossplane's permission check on what each call asks it to fetch."""
@@ -238,8 +269,8 @@ class Crossplane:
             )
         key = Key.of(desired)
         self.owned[owner][name] = key
-        existing = self.api.get(key.kind, key.name, key.namespace)
-        previous, applied = self.applied.get(key, {}), copy.deepcopy(desired)
+        existing = self.api.peek(key.kind, key.name, key.namespace)  # copied by the apply
+        previous, applied = self.applied.get(key, {}), copy_of(desired)
         if existing is not None:  # server-side apply: other managers' fields stay
             desired = _server_side_apply(existing, previous, desired)
         self.api.apply(desired, strict=True)  # SSA refuses a field the schema lacks
@@ -247,7 +278,7 @@ class Crossplane:
 
     def controller_reference(self, owner: Key) -> dict[str, Any]:
         """`meta.AsController`: the composite, by uid, as the composed resource's controller."""
-        composite = self.api.get(owner.kind, owner.name, owner.namespace) or {}
+        composite = self.api.peek(owner.kind, owner.name, owner.namespace) or {}
         return {
             "apiVersion": composite.get("apiVersion", ""),
             "kind": owner.kind,
@@ -305,7 +336,7 @@ def _server_side_apply(
     existing: Mapping[str, Any], previous: Mapping[str, Any], desired: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Fields this manager applied before but not now go; the rest of `existing` stays."""
-    result = copy.deepcopy(dict(existing))
+    result = copy_of(dict(existing))
     _drop(result, previous, desired)
     _merge(result, {k: v for k, v in desired.items() if k != "status"})
     references = {
@@ -334,13 +365,8 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
         if isinstance(value, Mapping) and isinstance(target.get(key), dict):
             _merge(target[key], value)
         else:
-            target[key] = copy.deepcopy(value)
+            target[key] = copy_of(value)
 
 
 def _documents(directory: Path) -> list[dict[str, Any]]:
-    return [
-        doc
-        for path in sorted(directory.glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
-        if doc
-    ]
+    return [document.obj for path in sorted(directory.glob("*.yaml")) for document in objects(path)]

@@ -44,7 +44,7 @@ class GarbageCollector:
         cluster scope, with the uid the reference names."""
         kind, name = reference["kind"], reference["name"]
         for scope in dict.fromkeys((namespace, "")):
-            found = self.api.get(kind, name, scope)
+            found = self.api.peek(kind, name, scope)
             if found is not None:
                 return found["metadata"].get("uid") == reference["uid"]
         return False

@@ -1,9 +1,21 @@
-"""The simulated cluster's objects: a typed store keyed by kind, namespace and name."""
+"""The simulated cluster's objects: a typed store keyed by kind, namespace and name.
+
+The API server never changes a stored object in place: every write stores a new object in
+place of the old one, built from a private copy of what the client sent (parts a write leaves
+as they were may be shared between the two). So a read may hand out the stored object itself
+wherever the reader only reads — Crossplane fetching required resources, kubectl printing a
+table — and only a reader that edits what it reads (a controller's get, edit, update) pays for
+a copy (`copy_of`). A test may still edit the storage directly through `World.get`; what is
+remembered by an object's identity (its protobuf Struct) is not remembered for one handed out
+that way. `version` moves with every put and removal, so "has anything changed this round?"
+is one comparison rather than a dump of the whole cluster.
+"""
 
 from __future__ import annotations
 
 import copy
 import json
+import marshal
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -19,12 +31,24 @@ class Key(NamedTuple):
         return cls(str(obj["kind"]), metadata.get("namespace", ""), metadata["name"])
 
 
+def copy_of(obj: Any) -> Any:
+    """A deep copy of a JSON-like value (dicts, lists, strings, numbers, booleans, None), at C
+    speed through marshal; anything else in it (a date YAML parsed) falls back to deepcopy."""
+    if not isinstance(obj, (dict, list)):
+        return obj  # strings, numbers, booleans and None are not edited in place
+    try:
+        return marshal.loads(marshal.dumps(obj))
+    except ValueError:
+        return copy.deepcopy(obj)
+
+
 class Store:
-    """Objects as plain dicts. Reads hand out the stored dict (controllers edit it in place,
-    as a controller's update would); `put` stores a copy."""
+    """Objects as plain dicts, by key. Reads hand out the stored dict: treat it as read-only
+    (the API server replaces it on the next write; it never edits one in place)."""
 
     def __init__(self) -> None:
         self._objects: dict[Key, dict[str, Any]] = {}
+        self.version = 0  # moves with every put and every removal
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self._objects.get(Key(kind, namespace, name))
@@ -32,13 +56,17 @@ class Store:
     def list(self, kind: str) -> list[dict[str, Any]]:
         return [obj for key, obj in sorted(self._objects.items()) if key.kind == kind]
 
-    def put(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        stored = copy.deepcopy(dict(obj))
-        self._objects[Key.of(stored)] = stored
-        return stored
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store `obj` itself: the caller hands over an object no one else holds."""
+        self._objects[Key.of(obj)] = obj
+        self.version += 1
+        return obj
 
     def remove(self, key: Key) -> dict[str, Any] | None:
-        return self._objects.pop(key, None)
+        removed = self._objects.pop(key, None)
+        if removed is not None:
+            self.version += 1
+        return removed
 
     def keys(self) -> list[Key]:
         return sorted(self._objects)
@@ -53,5 +81,5 @@ class Store:
         return key in self._objects
 
     def snapshot(self) -> str:
-        """Everything, as one comparable string (has anything changed?)."""
+        """Everything, as one comparable string (two clusters in the same state?)."""
         return json.dumps(sorted((list(k), v) for k, v in self._objects.items()), sort_keys=True)

@@ -25,7 +25,9 @@ import copy
 import functools
 import ipaddress
 import json
+import marshal
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,7 +142,7 @@ class _Walk:
     def __init__(self, kind: KindSchema, strict: bool, probe: bool = False):
         self.kind, self.strict, self.probe = kind, strict, probe
         self.errors: list[FieldError] = []
-        self.warnings: list[str] = []
+        self.unknown: list[str] = []  # the paths of the fields pruned
 
     def value(self, schema: Mapping[str, Any], value: Any, path: str) -> Any:
         schema = self.kind.resolve(schema)
@@ -195,7 +197,7 @@ class _Walk:
         if self.strict:
             self.errors.append(FieldError(path, "Forbidden", "field not declared in schema"))
         else:
-            self.warnings.append(f'unknown field "{path}"')
+            self.unknown.append(path)
 
     def _default(self, properties: Mapping[str, Any], kept: dict, path: str) -> None:
         if not self.kind.structural:
@@ -254,8 +256,21 @@ def _nullable(schema: Mapping[str, Any]) -> bool:
     return bool(schema.get("nullable")) or (isinstance(declared, list) and "null" in declared)
 
 
+def same(a: Any, b: Any) -> bool:
+    """`json_equal`, answered at C speed where the two serialise alike (the common case of a
+    write that changes nothing)."""
+    try:
+        if marshal.dumps(a) == marshal.dumps(b):
+            return True
+    except ValueError:
+        pass
+    return json_equal(a, b)
+
+
 def json_equal(a: Any, b: Any) -> bool:
     """JSON equality: 1 equals 1.0, but true is not 1."""
+    if a is b:
+        return True  # the same object (a stored object shares what a write left unchanged)
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, dict) and isinstance(b, dict):
@@ -605,13 +620,38 @@ def _map_key(item: Any, keys: list[str] | None) -> str:
     return json.dumps([item.get(k) for k in keys or ()] if isinstance(item, dict) else item)
 
 
+# What the rules at one schema node said of one (value, old value): CEL is pure, and a
+# scenario writes the same values again and again (every reconcile rewrites each status).
+_JUDGED: OrderedDict[tuple, tuple[Any, list[FieldError]]] = OrderedDict()
+_JUDGED_MAX = 8192
+
+
 def _rules_here(schema: Mapping[str, Any], value: Any, old: Any, path: str) -> list[FieldError]:
     rules = schema.get("x-kubernetes-validations")
     if not rules:
         return []
+    try:
+        key = (id(rules), path, marshal.dumps(value), marshal.dumps(old))
+    except ValueError:  # not JSON-like (a date YAML parsed): judged every time
+        return _judged_here(rules, schema, value, old, path)
+    if key in _JUDGED:
+        _JUDGED.move_to_end(key)
+        return list(_JUDGED[key][1])
+    found = _judged_here(rules, schema, value, old, path)
+    _JUDGED[key] = (rules, found)  # holding `rules` keeps its id from being reused
+    if len(_JUDGED) > _JUDGED_MAX:
+        _JUDGED.popitem(last=False)
+    return list(found)
+
+
+def _judged_here(
+    rules: list[Mapping[str, Any]], schema: Mapping[str, Any], value: Any, old: Any, path: str
+) -> list[FieldError]:
     if old is not None and json_equal(value, old):
         # Ratcheting (Kubernetes 1.30+): rules without oldSelf pass an unchanged value.
         rules = [rule for rule in rules if _compiled(rule["rule"]).transition]
+    if not rules:
+        return []
     this, previous = celpy.json_to_cel(value), None if old is None else celpy.json_to_cel(old)
     found = (_judge(rule, schema, this, previous, path) for rule in rules)
     return [error for error in found if error is not None]
@@ -667,13 +707,30 @@ def _failure(
 # --- one write --------------------------------------------------------------------------------
 
 
+# ObjectMeta's fields (k8s.io/apimachinery meta/v1): any other key under a root `metadata` is an
+# unknown field, pruned (or refused, under Strict field validation) as the decoder does.
+OBJECT_META_FIELDS = frozenset({
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+    "annotations", "ownerReferences", "finalizers", "managedFields",
+})  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Checked:
-    """An object as the API server would store it, and what it said about it."""
+    """An object as the API server would store it, and what it said about it.
+
+    `unknown` are the paths of the fields it pruned, as the decoder lists them: ObjectMeta's
+    first, then the schema's, sorted (apiextensions-apiserver's structural pruning sorts them);
+    `warnings` are the Warning headers they make."""
 
     obj: dict[str, Any]
     errors: tuple[FieldError, ...]
-    warnings: tuple[str, ...]
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(f'unknown field "{path}"' for path in self.unknown)
 
 
 def check(
@@ -688,8 +745,42 @@ def check(
 
     `status_only` is a status-subresource write: the schema checks status only, and the CEL rules
     run at the root and under status (spec is the stored one). `strict` is Strict field
-    validation: unknown fields are errors instead of pruned with a warning."""
+    validation: unknown fields are errors instead of pruned with a warning.
+
+    The same write checked before is answered from memory (a scenario's reconciles write the
+    same objects again and again; the check is a pure function of its inputs)."""
+    try:
+        key = (id(kind), status_only, strict, marshal.dumps(obj), marshal.dumps(old))
+    except ValueError:  # not JSON-like (a date YAML parsed): checked every time
+        return _check(kind, obj, old, status_only, strict)
+    if key in _CHECKED:
+        _CHECKED.move_to_end(key)
+        _, stored, errors, unknown = _CHECKED[key]
+        return Checked(marshal.loads(stored), errors, unknown)
+    checked = _check(kind, obj, old, status_only, strict)
+    try:
+        stored = marshal.dumps(checked.obj)
+    except ValueError:  # a default that is not JSON-like: nothing to remember
+        return checked
+    _CHECKED[key] = (kind, stored, checked.errors, checked.unknown)  # `kind` keeps its id
+    if len(_CHECKED) > _CHECKED_MAX:
+        _CHECKED.popitem(last=False)
+    return checked
+
+
+_CHECKED: OrderedDict[tuple, tuple[KindSchema, bytes, tuple, tuple]] = OrderedDict()
+_CHECKED_MAX = 4096
+
+
+def _check(
+    kind: KindSchema,
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    status_only: bool,
+    strict: bool,
+) -> Checked:
     walk = _Walk(kind, strict)
+    unknown_meta: list[str] = []
     if status_only:
         status_schema = kind.root.get("properties", {}).get("status", {})
         stored = dict(obj)
@@ -697,11 +788,30 @@ def check(
             stored["status"] = walk.value(status_schema, obj["status"], "status")
     else:
         stored = walk.value(kind.root, obj, "")
+        unknown_meta = _prune_metadata(stored)
+        if strict:  # server-side apply: its typed patch has no place for them either
+            walk.errors += [
+                FieldError(p, "Forbidden", "field not declared in schema") for p in unknown_meta
+            ]
+            unknown_meta = []
         walk.errors += _root_metadata_errors(kind, stored.get("metadata"))
     errors = walk.errors
     if kind.structural:
         errors = errors + _cel_errors(kind, stored, old, errors, status_only)
-    return Checked(stored, tuple(errors), tuple(walk.warnings))
+    unknown = unknown_meta + sorted(walk.unknown)
+    return Checked(stored, tuple(errors), tuple(unknown))
+
+
+def _prune_metadata(stored: dict[str, Any]) -> list[str]:
+    """ObjectMeta's unknown fields, dropped from a root `metadata` (a copy: the original is
+    the caller's); their paths."""
+    metadata = stored.get("metadata")
+    if not isinstance(metadata, dict):
+        return []
+    unknown = [key for key in metadata if key not in OBJECT_META_FIELDS]
+    if unknown:
+        stored["metadata"] = {k: v for k, v in metadata.items() if k in OBJECT_META_FIELDS}
+    return [f"metadata.{key}" for key in unknown]
 
 
 def _root_metadata_errors(kind: KindSchema, metadata: Any) -> list[FieldError]:
@@ -719,3 +829,25 @@ def _cel_errors(
     if any(error.blocks_rules for error in errors):
         return [RULES_NOT_CHECKED]
     return _rule_errors(kind.root, stored, old, "", only="status" if status_only else None)
+
+
+# --- what a schema declares ------------------------------------------------------------------
+
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
+
+
+def fields_at(kind: KindSchema, path: str) -> list[str]:
+    """The fields the schema declares for the object at `path` (`spec.volumes[0]`; "" is the
+    root), sorted; none where the path leads nowhere the schema describes."""
+    schema: Mapping[str, Any] = kind.resolve(kind.root)
+    for plain, bracketed in _PATH_PART.findall(path):
+        if bracketed and bracketed.isdigit():
+            schema = kind.resolve(schema.get("items") or {})
+        else:
+            properties = schema.get("properties") or {}
+            extra = schema.get("additionalProperties")
+            found = properties.get(plain or bracketed, extra if isinstance(extra, dict) else None)
+            if found is None:
+                return []
+            schema = kind.resolve(found)
+    return sorted(schema.get("properties") or {})

@@ -14,17 +14,15 @@ documented rules and the artefacts the package ships (DESIGN §7).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from functions import pipeline
+from functions import documents, pipeline
 from functions.server import run_function
 from functions.simulate import kubectl
 from functions.simulate.agent import Agents
-from functions.simulate.apiserver import ApiServer
+from functions.simulate.apiserver import WARN, ApiServer
 from functions.simulate.client import Client
 from functions.simulate.crossplane import Crossplane
 from functions.simulate.deviceplugin import GpustackPlugin
@@ -47,7 +45,7 @@ MAX_ROUNDS = 16
 
 
 def load_documents(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return [document.obj for document in documents.objects(path)]
 
 
 class World:
@@ -90,12 +88,19 @@ class World:
 
     # --- what a user does ---------------------------------------------------------------------
 
-    def apply(self, *objects: Mapping[str, Any]) -> None:
-        """`kubectl apply`; an object given with a status is a cluster already in that state."""
+    def apply(
+        self,
+        *objects: Mapping[str, Any],
+        field_validation: str = WARN,
+        duplicates: Sequence[str] = (),
+    ) -> None:
+        """`kubectl apply`; an object given with a status is a cluster already in that state.
+        `field_validation` and `duplicates` (the fields the file gives twice): ApiServer's."""
         for obj in objects:
-            stored = self.api.apply(obj)
+            options = {"field_validation": field_validation}
+            stored = self.api.apply(obj, **options, duplicates=duplicates)
             if "status" in obj:
-                self.api.update_status({**stored, "status": obj["status"]})
+                self.api.update_status({**stored, "status": obj["status"]}, **options)
 
     def patch(self, kind: str, name: str, spec: Mapping[str, Any], namespace: str = "") -> None:
         """A merge patch of `spec` (None deletes a field)."""
@@ -105,10 +110,17 @@ class World:
         self.crossplane.delete(Key(kind, namespace, name))
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
-        return self.store.get(kind, name, namespace)
+        """The stored object itself: editing it edits the cluster's storage (as a test may)."""
+        found = self.store.get(kind, name, namespace)
+        if found is not None:
+            self.crossplane.structs.taint(found)
+        return found
 
     def list(self, kind: str) -> list[dict[str, Any]]:
-        return self.store.list(kind)
+        found = self.store.list(kind)
+        for obj in found:
+            self.crossplane.structs.taint(obj)
+        return found
 
     @property
     def results(self) -> dict[Key, list[Any]]:
@@ -123,10 +135,10 @@ class World:
     def reconcile(self) -> int:
         """Run rounds until nothing changes; returns how many it took."""
         for rounds in range(1, MAX_ROUNDS + 1):
-            before = self.store.snapshot()
+            before = self.store.version
             for controller in self.controllers:
                 controller.run()
-            if self.store.snapshot() == before:
+            if self.store.version == before:
                 return rounds
         raise RuntimeError(f"the simulated cluster did not settle in {MAX_ROUNDS} rounds")
 
