@@ -250,6 +250,7 @@ def test_section_1_node_features(world):
         manager["spec"]["labels"]["sliced-max-free-units.fit.gpustack.ai/nvidia-a10g"] == "1600000"
     )
     assert manager["spec"]["labels"]["shared-free-cards.fit.gpustack.ai/nvidia-a10g"] == "1"
+    assert manager["spec"]["labels"]["exclusive-free-cards.fit.gpustack.ai/nvidia-a10g"] == "1"
     assert world.get("NodeFeature", "node-cpu-gpustack-device-manager", "gpustack-system") is None
     ledger = world.get("Devices", "node-a10g")["status"]["groups"]
     assert ledger == [
@@ -311,6 +312,8 @@ def test_section_3_a_20_percent_slice(world):
     assert (
         manager["spec"]["labels"]["sliced-max-free-units.fit.gpustack.ai/nvidia-a10g"] == "1280000"
     )
+    # A sliced card is no whole card any more.
+    assert manager["spec"]["labels"]["exclusive-free-cards.fit.gpustack.ai/nvidia-a10g"] == "0"
     allocate(world, "node-a10g")
     assert views(world)[A10G] == INITIAL[A10G]
 
