@@ -3,27 +3,89 @@
 Default input files are the repository's walkthrough, found from this file rather than from the
 working directory, so `gpustack-fn demo` and `gpustack-fn simulate` work from anywhere in an
 editable install (`make demo`).
+
+Bad input ends every command the same way: one line, `Error: FILE:LINE: what is wrong — what to
+do`, and exit status 2 (click's own usage errors keep its usage lines, with the same status).
+A traceback is printed only with `--debug` (`gpustack-fn --debug simulate …`, or the flag after
+the command); an exception no input explains is a bug, one line too, status 1, and `--debug`
+shows where.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
-import yaml
 
-from functions import server
+from functions import documents, server
 from functions.core import catalog, names
-from functions.core.devices import parse_devices
+from functions.core.devices import SpecError, parse_devices
 from functions.core.pools import pool_views
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 WALKTHROUGH = REPOSITORY / "examples" / "walkthrough"
 WALKTHROUGH_DEVICES = WALKTHROUGH / "devices.yaml"
 WALKTHROUGH_SCENARIO = WALKTHROUGH / "scenario.yaml"
+BAD_INPUT = 2  # click's own status for a usage error
 
 
-@click.group()
+class BadInput(click.ClickException):
+    """Input the user can fix: one `Error:` line, exit status 2."""
+
+    exit_code = BAD_INPUT
+
+
+def _bad_input_types() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the input is wrong, each with a message that says where."""
+    from functions import render
+    from functions.simulate import ScenarioError
+
+    return (documents.DocumentError, ScenarioError, render.RenderError)
+
+
+class _Commands(click.Group):
+    """Runs a command and turns what its input got wrong into one `Error:` line."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as error:
+            if ctx.meta.get(DEBUG):  # the flag's callback set it, on this context or a command's
+                raise
+            if isinstance(error, _bad_input_types()):
+                raise BadInput(str(error)) from None
+            raise click.ClickException(
+                f"unexpected {type(error).__name__}: {error} — this is a bug: run the command "
+                "again with --debug for the traceback, and report it"
+            ) from None
+
+
+DEBUG = "gpustack.debug"
+
+
+def _set_debug(ctx: click.Context, _: click.Parameter, value: bool) -> bool:
+    if value:
+        ctx.meta[DEBUG] = True
+    return value
+
+
+def debug_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=False,
+        callback=_set_debug,
+        help="Print the traceback of an error, not one line.",
+    )(command)
+
+
+@click.group(cls=_Commands)
+@debug_option
 def main() -> None:
     """function-gpustack: a GPU catalog with exact accelerator accounting."""
 
@@ -44,6 +106,7 @@ def serve(**options) -> None:
     help="A YAML stream of Devices objects, one per node. Default: the walkthrough's.",
 )
 @click.option("--aware", is_flag=True, help="Split pools by CPU manufacturer (awareness on).")
+@debug_option
 def demo(devices_file: Path, aware: bool) -> None:
     """Print `kubectl get instancetypes` for the derived pools of a cluster."""
     click.echo(instance_types_table(devices_file, catalog.Settings(aware_cpu_manufacturer=aware)))
@@ -60,6 +123,7 @@ def demo(devices_file: Path, aware: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="After each step, write every object of the cluster to DIR/NN/<Kind>.yaml.",
 )
+@debug_option
 def simulate(scenario: Path, dump_to: Path | None) -> None:
     """Play SCENARIO through the real handlers and print the tables after each step.
 
@@ -68,16 +132,14 @@ def simulate(scenario: Path, dump_to: Path | None) -> None:
     (`kubectl apply -f FILE`, `kubectl patch KIND NAME --type=merge|json -p JSON`,
     `kubectl delete KIND NAME`, with `-n NAMESPACE` anywhere), and the kinds to `show:` once
     the cluster has settled. Paths are relative to the scenario file. Every write goes through
-    a simulated API server that validates it as a real one would; a refused write stops the
-    scenario with the API server's message. See docs/scenarios.md.
+    a simulated API server that validates it as a real one would, with kubectl's Strict field
+    validation; a refused write, or a key the format does not know, stops the scenario with
+    one `Error:` line naming the file and line. See docs/scenarios.md.
     """
-    from functions.simulate import ScenarioError, play
+    from functions.simulate import play
 
-    try:
-        for output in play(scenario, dump_to=dump_to):
-            click.echo(output)
-    except ScenarioError as error:
-        raise click.ClickException(str(error)) from error
+    for output in play(scenario, dump_to=dump_to):
+        click.echo(output)
 
 
 @main.command(name="render")
@@ -105,6 +167,20 @@ def simulate(scenario: Path, dump_to: Path | None) -> None:
     multiple=True,
     help="File or directory of objects the requirements are matched against.",
 )
+@click.option(
+    "-a",
+    "--function-address",
+    metavar="HOST:PORT",
+    help="Render against the function server already running there (plaintext gRPC, as "
+    "`function --insecure` serves it) instead of starting one.",
+)
+@click.option(
+    "--development-target",
+    is_flag=True,
+    help="Render against the server the FUNCTIONS file's Development runtime names "
+    "(annotation render.crossplane.io/runtime-development-target), as `crossplane render` does.",
+)
+@debug_option
 def render_command(
     composite_resource,
     composition,
@@ -113,31 +189,59 @@ def render_command(
     include_context,
     observed_resources,
     required_resources,
+    function_address,
+    development_target,
 ) -> None:
-    """Render like `crossplane render`, against the real server on loopback (no Docker)."""
+    """Render like `crossplane render`, against the real server (no Docker).
+
+    By default the server is started on loopback for the render and stopped after it; with
+    --function-address (or --development-target) a server you run is called instead, e.g.
+    one started with `.venv/bin/function --insecure --address 127.0.0.1:9443`.
+    """
     from functions import render
 
-    composite = render.documents([composite_resource])[0]
-    pipeline = render.documents([composition])[0]
+    composite = render.composite_of(composite_resource)
+    pipeline = render.composition_of(composition)
     try:
-        with render.local_function() as run:
+        render.check(composite.obj, pipeline)
+    except render.RenderError as error:
+        raise BadInput(f"{composition}: {error} — give the Composition of the XR's kind") from None
+    observed, required = render.documents(observed_resources), render.documents(required_resources)
+    address = function_address
+    if development_target:
+        if address:
+            raise click.UsageError("give --function-address or --development-target, not both")
+        address = render.development_target(functions)
+    try:
+        with render.function_at(address) if address else render.local_function() as run:
             stream = render.render_stream(
                 run,
-                composite,
+                composite.obj,
                 pipeline,
-                render.documents(observed_resources),
-                render.documents(required_resources),
+                observed,
+                required,
                 include_function_results,
                 include_context,
             )
-    except render.PipelineFailed as error:
-        raise click.ClickException(str(error)) from error
+    except render.PipelineFailed as failed:
+        raise BadInput(_at_the_field(composite, str(failed))) from None
     click.echo(render.dump(stream), nl=False)
 
 
+_FIELD = re.compile(r"\b((?:metadata|spec|status)(?:[.\[][\w./\-\]]*)?): ")
+
+
+def _at_the_field(document: documents.Document, message: str) -> str:
+    """The message, at the XR's file and the line of the first field it names."""
+    found = _FIELD.search(message)
+    line = documents.line_of(document, found[1]) if found else document.line
+    return f"{document.file}:{line}: {message} — correct the XR there"
+
+
 def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
-    documents = [doc for doc in yaml.safe_load_all(devices_file.read_text()) if doc]
-    cluster = catalog.Cluster.of((parse_devices(doc) for doc in documents), settings)
+    cluster = catalog.Cluster.of(
+        (_devices(doc) for doc in documents.objects(devices_file)), settings
+    )
     rows = []
     for pool in cluster.pools(settings):
         spec = catalog.derived_instance_type_spec(pool, cluster.nodes)
@@ -153,6 +257,18 @@ def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
             ]
         )
     return catalog.kubectl_table(catalog.INSTANCE_TYPE_COLUMNS, rows)
+
+
+def _devices(document: documents.Document) -> Any:
+    """One Devices object of the file, or the field that is wrong with it, at its line."""
+    try:
+        return parse_devices(document.obj)
+    except SpecError as error:
+        line = documents.line_of(document, error.path)
+        raise BadInput(
+            f"{document.file}:{line}: {error} — a Devices object is the node agent's report "
+            "(docs/agent.md shows one)"
+        ) from None
 
 
 @main.command()

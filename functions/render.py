@@ -1,10 +1,16 @@
 """`gpustack-fn render`: what `crossplane render` prints, without Docker or a cluster.
 
-It starts the real function server on loopback, runs the Composition's pipeline with the classic
-render loop (requirements fulfilled from `--required-resources` files), and prints the classic
-renderer's YAML stream: the XR with its status, the composed resources sorted by
-composition-resource-name with the metadata Crossplane renders, then results (`-r`) and the
-context (`-c`).
+It starts the real function server on loopback (or calls one already running:
+`--function-address`, or the target the functions file's Development runtime names, as
+`crossplane render` does), runs the Composition's pipeline with the classic render loop
+(requirements fulfilled from `--required-resources` files), and prints the classic renderer's
+YAML stream: the XR with its status, the composed resources sorted by composition-resource-name
+with the metadata Crossplane renders, then results (`-r`) and the context (`-c`).
+
+What the inputs get wrong is a `RenderError` naming the file (and line) and what to do, for
+the command to print as one line: a file that is not YAML, an XR without a kind or name, a
+Composition that is not a pipeline for that XR, a server that cannot be reached, a Fatal
+result. The server it starts is waited for until it answers or exits, not for a fixed time.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import contextlib
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +30,7 @@ import yaml
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
+from functions import documents as files
 from functions import pipeline
 from functions.core.labels import COMPOSITE as COMPOSITE_LABEL
 from functions.core.labels import COMPOSITION_RESOURCE_NAME
@@ -35,40 +44,147 @@ SEVERITIES = {
 }
 
 
-class PipelineFailed(RuntimeError):
-    pass
+DEVELOPMENT = "render.crossplane.io/runtime"
+DEVELOPMENT_TARGET = "render.crossplane.io/runtime-development-target"
+STARTUP_BOUND = 600.0  # seconds a started server may take to answer: a hang, not a slow machine
+CALL_TIMEOUT = 600.0  # seconds one RunFunction call may take
+
+
+class RenderError(ValueError):
+    """Input render cannot use: the message names the file and says what to do."""
+
+
+class PipelineFailed(RenderError):
+    """The pipeline refused the input: a Fatal result, or a Composition for another kind."""
 
 
 def documents(paths: Iterable[Path]) -> list[dict]:
+    """The objects of files, or of every YAML file below directories, in order."""
     found = []
     for path in paths:
-        files = (
+        names = (
             sorted(path.rglob("*.yaml")) + sorted(path.rglob("*.yml")) if path.is_dir() else [path]
         )
-        for file in files:
-            found += [doc for doc in yaml.safe_load_all(file.read_text()) if doc]
+        for name in names:
+            found += [document.obj for document in files.objects(name)]
     return found
+
+
+def composite_of(path: Path) -> files.Document:
+    """The XR: the file's first object, with apiVersion, kind and metadata.name."""
+    found = files.objects(path)
+    if not found:
+        raise RenderError(f"{path}: holds no object — give the XR to render")
+    composite = found[0]
+    for field in ("apiVersion", "kind"):
+        if not isinstance(composite.obj.get(field), str) or not composite.obj[field]:
+            raise RenderError(f"{path}:{composite.line}: the XR has no {field} — set it")
+    if not isinstance((composite.obj.get("metadata") or {}).get("name"), str):
+        raise RenderError(f"{path}:{composite.line}: the XR has no metadata.name — name it")
+    return composite
+
+
+def composition_of(path: Path) -> dict:
+    """The Composition: a pipeline whose steps name their inputs."""
+    found = files.objects(path)
+    composition = found[0] if found else None
+    line = composition.line if composition else 1
+    if composition is None or composition.obj.get("kind") != "Composition":
+        raise RenderError(
+            f"{path}:{line}: not a Composition — give the Composition for the XR's kind "
+            f"(compositions/pipelines/ has one for each of ours)"
+        )
+    steps = (composition.obj.get("spec") or {}).get("pipeline")
+    if not isinstance(steps, list) or not all(isinstance(s, dict) and "step" in s for s in steps):
+        raise RenderError(
+            f"{path}:{line}: spec.pipeline must be a list of steps, each with `step:`"
+        )
+    return composition.obj
+
+
+def development_target(functions_path: Path | None) -> str:
+    """The address `crossplane render` calls for a Function in the Development runtime."""
+    if functions_path is None:
+        raise RenderError("--development-target reads the FUNCTIONS file: give one")
+    for function in documents([functions_path]):
+        annotations = (function.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(DEVELOPMENT) == "Development":
+            return annotations.get(DEVELOPMENT_TARGET) or "localhost:9443"  # crossplane's default
+    raise RenderError(
+        f"{functions_path}: no Function in the Development runtime (annotation {DEVELOPMENT}: "
+        "Development) — annotate it, or give --function-address"
+    )
+
+
+@contextlib.contextmanager
+def function_at(address: str) -> Iterator[pipeline.Runner]:
+    """A runner for a function server already running at `address` (plaintext gRPC)."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=10)
+        except grpc.FutureTimeoutError:
+            raise RenderError(
+                f"no function server answers at {address} — start one "
+                f"(`.venv/bin/function --insecure --address {address}`) or give its address"
+            ) from None
+        yield _runner(channel, address)
+
+
+def _runner(channel: grpc.Channel, address: str) -> pipeline.Runner:
+    stub = grpcv1.FunctionRunnerServiceStub(channel)
+
+    def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        try:
+            return stub.RunFunction(req, timeout=CALL_TIMEOUT)
+        except grpc.RpcError as error:
+            raise RenderError(
+                f"the function at {address} failed the call: {error.details()}"
+            ) from None
+
+    return run
 
 
 @contextlib.contextmanager
 def local_function() -> Iterator[pipeline.Runner]:
-    """The real server (`function --insecure`) on a free loopback port, and a runner for it."""
+    """The real server (`function --insecure`) on a free loopback port, and a runner for it,
+    once it answers (waited for until it does or exits, at most STARTUP_BOUND seconds)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         address = f"127.0.0.1:{probe.getsockname()[1]}"
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "function"), "--insecure", "--address", address],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        with grpc.insecure_channel(address) as channel:
-            grpc.channel_ready_future(channel).result(timeout=30)
-            stub = grpcv1.FunctionRunnerServiceStub(channel)
-            yield lambda req: stub.RunFunction(req, timeout=60)
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "function"), "--insecure", "--address", address],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        try:
+            with grpc.insecure_channel(address) as channel:
+                _wait_until_up(channel, server, log)
+                yield _runner(channel, address)
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+def _wait_until_up(channel: grpc.Channel, server: subprocess.Popen, log: Any) -> None:
+    ready, started = grpc.channel_ready_future(channel), time.monotonic()
+    while True:
+        try:
+            return ready.result(timeout=0.5)
+        except grpc.FutureTimeoutError:
+            pass
+        if server.poll() is not None:
+            log.seek(0)
+            said = log.read().decode(errors="replace").strip().splitlines()
+            raise RuntimeError(
+                f"the function server exited ({server.returncode}): {said[-1:] or ''}"
+            )
+        if time.monotonic() - started > STARTUP_BOUND:
+            raise RuntimeError(f"the function server did not answer within {STARTUP_BOUND:.0f} s")
 
 
 def render_stream(
@@ -128,12 +244,12 @@ def check(composite: dict, composition: dict) -> None:
         composite.get("apiVersion"),
         composite.get("kind"),
     ):
-        raise PipelineFailed(
+        raise RenderError(
             f"composition's compositeTypeRef.apiVersion and kind ({ref.get('apiVersion')}, {ref.get('kind')}) "
             f"do not match the XR's ({composite.get('apiVersion')}, {composite.get('kind')})"
         )
     if composition["spec"].get("mode", "Pipeline") != "Pipeline":
-        raise PipelineFailed("render supports only Compositions in mode Pipeline")
+        raise RenderError("render supports only Compositions in mode Pipeline")
 
 
 def rendered_composite(composite: dict, rsp: fnv1.RunFunctionResponse) -> dict:

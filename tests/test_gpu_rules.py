@@ -135,7 +135,7 @@ def test_offline_render_refuses_a_class_the_schema_refuses(tmp_path):
     result, _ = render(
         tmp_path / "class.yaml", ROOT / "compositions" / "pipelines" / "gpuclass.yaml"
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input: the pipeline refused it
     assert "returned a fatal result: metadata.name: a GPUClass name is a DNS label" in result.output
 
 

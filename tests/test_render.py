@@ -74,7 +74,7 @@ def test_a_fatal_result_stops_the_render(tmp_path):
     del node["spec"]["accelerators"][0]["devices"][0]["memoryMiB"]
     (tmp_path / "node.yaml").write_text(yaml.safe_dump(node))
     result, _ = render(tmp_path / "node.yaml", PIPELINES / "devices.yaml")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input: the pipeline refused it
     assert (
         "pipeline step 'devices' returned a fatal result: spec.accelerators[0].devices[0].memoryMiB: "
         "is required; the node agent writes this field" in result.output
@@ -83,7 +83,7 @@ def test_a_fatal_result_stops_the_render(tmp_path):
 
 def test_a_composition_for_another_kind_is_refused_before_anything_runs():
     result, _ = render(WALKTHROUGH / "catalog.yaml", PIPELINES / "devices.yaml")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input: the pipeline refused it
     assert "do not match the XR's (worker.gpustack.ai/v1alpha1, Catalog)" in result.output
 
 
