@@ -10,31 +10,31 @@ names, latency, request bytes, and the Fatal results and refusals its response c
 `--metrics-address` (env `METRICS_ADDRESS`; off by default) they are served at `/metrics`.
 
 Requests over `INLINE_MAX_BYTES` are parsed and handled by `--workers` worker processes (env
-`WORKERS`), never on the event loop, so a small request is answered while a large one is being
-handled: for those the loop only moves bytes. A worker parses a large request without its required
+`WORKERS`; functions/workers.py), each on a pipe of its own: one that dies fails its own call
+and is replaced while the others serve. A worker parses a large request without its required
 objects (functions/wire.py), which a handler parses only if it reads them: a pool reads its
-summaries from their bytes instead. A small request (an Instance, a Devices) is handled
-on the loop itself: its work takes about a millisecond, less than the hop to a worker would
-(see `Workers`; docs/reliability.md has the figures). What a large request took goes back to the
-system once the worker, and the server, are idle (functions/memory.py; docs/operations.md sizes
-the pod).
+summaries from their bytes instead. A small request (an Instance, a Devices) is handled on
+the server's one inline thread: its work takes about a millisecond, less than the hop to a
+worker would (docs/reliability.md has the figures). Nothing is handled on the event loop,
+which only accepts calls and moves bytes. Every request is decoded on a thread with a stack
+deep enough for upb's own nesting limit, which then answers INVALID_ARGUMENT. What a large
+request took goes back to the system once the worker, and the server, are idle
+(functions/memory.py; docs/operations.md sizes the pod).
 
 SIGTERM (or SIGINT) drains the server: health turns NOT_SERVING at once, new calls are refused
-with UNAVAILABLE (Crossplane retries them, on another replica if there is one), the calls in
-flight finish within `--grace-period` seconds (env `GRACE_PERIOD`; 30, the pod's default
-terminationGracePeriodSeconds), and the process exits 0. Whatever still runs at the deadline is
-cancelled, before the kubelet's SIGKILL would.
+with UNAVAILABLE (Crossplane retries them, on another replica if there is one), every call
+accepted before is answered within `--grace-period` seconds (env `GRACE_PERIOD`; 30, the pod's
+default terminationGracePeriodSeconds) — those gRPC still held queued are taken and refused
+before it stops, never cancelled — and the process exits 0. Whatever still runs at the
+deadline is cancelled, before the kubelet's SIGKILL would. The log counts each kind.
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import click
@@ -50,6 +50,7 @@ from grpc_reflection.v1alpha import reflection
 from functions import frame, logs, memory, metrics, wire
 from functions.handlers import HANDLERS
 from functions.views import view_of
+from functions.workers import RequestUnreadable, WorkerFailed, WorkerLost, Workers
 
 INPUT_API_VERSION = "fn.gpustack.ai/v1beta1"
 INPUT_KIND = "Input"
@@ -62,72 +63,23 @@ INLINE_MAX_BYTES = 64 * 1024
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds; none is set
 DRAINING = "draining: this replica is shutting down; retry on another"
 WORKER_LOST = "the worker handling this call stopped (out of memory?); retry"
+WORKER_FAILED = "the worker handling this call failed outside the handlers (a bug; see its log)"
+# A drain ends once no call has arrived for this long (and none is in flight): gRPC hands the
+# loop a call it accepted within microseconds when the loop is free, so by then none is queued.
+QUIET_SECONDS = 0.2
 SERVICES = (
     "apiextensions.fn.proto.v1.FunctionRunnerService",
     "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
 )
 
 
-class Workers:
-    """Worker processes that run the frame on request bytes and answer response bytes.
-
-    Processes, not threads: parsing a 40 MiB request holds the interpreter for a quarter of a
-    second and handling it for longer, and threads share one interpreter (docs/reliability.md
-    measures both). Workers fork from a server process that has loaded the handlers once, and
-    ignore SIGTERM and SIGINT: the main process decides when they stop. A worker that dies
-    (killed for memory, say) fails the one call it ran; the pool is started again for the next.
-    """
-
-    def __init__(self, count: int = DEFAULT_WORKERS, debug: bool = False):
-        self.count, self.debug = count, debug
-        self.pool = self._start()
-
-    def _start(self) -> ProcessPoolExecutor:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["functions.server"])
-        return ProcessPoolExecutor(
-            self.count, mp_context=context, initializer=_worker_started, initargs=(self.debug,)
-        )
-
-    async def run(self, payload: bytes) -> tuple[bytes, fnv1.RunFunctionResponse, str]:
-        """The call's answer, what metrics read of it, and the handler: a small request is
-        handled here, on the loop (it never waits behind a large one, nor for a free worker);
-        the rest by a worker, which hands back only the part of its response metrics read."""
-        if len(payload) <= INLINE_MAX_BYTES:
-            return serve_bytes(payload)
-        pool = self.pool
-        try:
-            answer, told, handler = await asyncio.get_running_loop().run_in_executor(
-                pool, serve_in_worker, payload
-            )
-        except BrokenProcessPool:
-            if self.pool is pool:
-                self.pool = self._start()
-            raise
-        return answer, fnv1.RunFunctionResponse.FromString(told), handler
-
-    def warm(self) -> None:
-        """Start every worker now, rather than on the first calls."""
-        for future in [self.pool.submit(_ready) for _ in range(self.count)]:
-            future.result()
-
-    def stop(self, kill: bool) -> None:
-        """Stop the workers; `kill` ends those still running a call (past the grace period)."""
-        processes = list(getattr(self.pool, "_processes", {}).values()) if kill else []
-        self.pool.shutdown(wait=not kill, cancel_futures=True)
-        for process in processes:
-            process.kill()
-
-
-def _worker_started(debug: bool) -> None:
+def worker_started(debug: bool) -> None:
+    """A worker's set-up (functions/workers.py): the server decides when it stops, it logs as
+    the server does, and what importing the handlers made is left out of its collections."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logs.configure(logs.Level.DEBUG if debug else logs.Level.INFO)
     memory.leave_startup_objects(collect=False)
-
-
-def _ready() -> bool:
-    return True
 
 
 def serve_in_worker(payload: bytes) -> tuple[bytes, bytes, str]:
@@ -156,13 +108,20 @@ def serve_bytes(payload: bytes) -> tuple[bytes, fnv1.RunFunctionResponse, str]:
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
-    """Hands each call's bytes to a worker, counts it, refuses new calls once draining, and
-    knows how many are in flight."""
+    """Hands each call's bytes to the inline thread or a worker, counts it, and drains.
+
+    A call is counted in flight from the moment the loop hands it to this servicer, which,
+    with no handler running on the loop, is as soon as gRPC accepts it. Once draining, a call
+    that arrives is refused (UNAVAILABLE); the drain ends when none is in flight and none has
+    arrived for `QUIET_SECONDS` — so none is left queued inside gRPC, which would cancel it
+    at `server.stop` — or at the grace period's end."""
 
     def __init__(self, workers: Workers):
         self.workers = workers
         self.draining = False
         self.in_flight = 0
+        self.answered = self.refused = 0  # while draining
+        self.last_arrival = time.monotonic()
         self.memory = memory.IdleTrim()  # what receiving large requests took, once idle
 
     async def RunFunction(
@@ -172,7 +131,9 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         return fnv1.RunFunctionResponse.FromString(answer)
 
     async def run_bytes(self, payload: bytes, context: Any) -> bytes:
+        self.last_arrival = time.monotonic()
         if self.draining:
+            self.refused += 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, DRAINING)
         self.in_flight += 1
         large = len(payload) > INLINE_MAX_BYTES
@@ -180,13 +141,17 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             self.memory.started()
         started = time.perf_counter()
         try:
-            answer, summary, handler = await self.workers.run(payload)
-        except DecodeError as error:
+            answer, summary, handler = await self._run(payload, large)
+        except (DecodeError, RequestUnreadable) as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unreadable request: {error}")
-        except BrokenProcessPool:
+        except WorkerLost:
             await context.abort(grpc.StatusCode.UNAVAILABLE, WORKER_LOST)
+        except WorkerFailed as error:
+            await context.abort(grpc.StatusCode.INTERNAL, f"{WORKER_FAILED}: {error}")
         finally:
             self.in_flight -= 1
+            if self.draining:
+                self.answered += 1
             if large:
                 self.memory.done()
         metrics.function_metrics().observe(
@@ -194,12 +159,27 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
         )
         return answer
 
+    async def _run(
+        self, payload: bytes, large: bool
+    ) -> tuple[bytes, fnv1.RunFunctionResponse, str]:
+        """The call's answer, what metrics read of it, and the handler: a small request on the
+        inline thread (never behind a large one, nor waiting for a free worker), the rest by a
+        worker, which hands back only the part of its response metrics read."""
+        if not large:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.workers.inline, serve_bytes, payload)
+        answer, told, handler = await self.workers.run(payload)
+        return answer, fnv1.RunFunctionResponse.FromString(told), handler
+
     async def drain(self, grace: float) -> None:
-        """Refuse new calls and wait, at most `grace` seconds, for those in flight."""
+        """Refuse new calls and wait, at most `grace` seconds, for those in flight and for
+        gRPC to have handed over every call it had accepted."""
         self.draining = True
         deadline = time.monotonic() + grace
-        while self.in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        while time.monotonic() < deadline and (
+            self.in_flight or time.monotonic() - self.last_arrival < QUIET_SECONDS
+        ):
+            await asyncio.sleep(0.01)
 
 
 def handler_name(req: fnv1.RunFunctionRequest) -> str:
@@ -288,7 +268,6 @@ async def serve_async(
             "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR) or --insecure"
         )
     pool = Workers(workers, debug)
-    pool.warm()
     memory.leave_startup_objects()
     runner = FunctionRunner(pool)
     server = build_server(runner, options)
@@ -318,7 +297,7 @@ async def shut_down(server: grpc.aio.Server, runner: FunctionRunner, grace: floa
     left = runner.in_flight
     await server.stop(grace=None)  # anything still running past the deadline is cancelled
     runner.workers.stop(kill=left > 0)
-    log.info("stopped", cancelled=left)
+    log.info("stopped", answered=runner.answered, refused=runner.refused, cancelled=left)
 
 
 def serve_with(

@@ -260,7 +260,7 @@ def test_workers_leave_what_start_up_made_out_of_every_garbage_collection():
 
     workers = Workers(1)
     try:
-        frozen = workers.pool.submit(gc.get_freeze_count).result(timeout=60)
+        frozen = workers.ask(gc.get_freeze_count)
     finally:
         workers.stop(kill=False)
     assert frozen > 10_000
