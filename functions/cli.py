@@ -338,7 +338,7 @@ def agent(
     from crossplane.function import logging
 
     from functions import logs, metrics
-    from functions.agent.agent import Agent, KubernetesApi, run_until_stopped
+    from functions.agent.agent import Agent, KubernetesApi, exit_now, run_until_stopped
     from functions.agent.nvml import FakeNvml, PynvmlBackend
     from functions.agent.podresources import list_devices
 
@@ -362,4 +362,5 @@ def agent(
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    run_until_stopped(node_agent, period, stop)
+    if not run_until_stopped(node_agent, period, stop):
+        exit_now(0)  # the poll still hangs: the interpreter's shutdown would wait on it

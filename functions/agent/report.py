@@ -84,6 +84,12 @@ class AcceleratorReport:
 
 
 _FAILED = object()
+UNREADABLE_PREFIX = "GPU-unreadable-"  # the identity of a card no read has named yet
+
+
+def unidentified(card: Any) -> bool:
+    """A card reported under a placeholder: no read of its UUID has succeeded yet."""
+    return isinstance(card, Mapping) and str(card.get("uuid", "")).startswith(UNREADABLE_PREFIX)
 
 
 def read_device(
@@ -117,7 +123,7 @@ def read_device(
         return _unreadable(index, previous, problems)
     capability = attempt(device.compute_capability)
     reading: dict[str, Any] = {
-        "uuid": kept("uuid", attempt(device.uuid), f"GPU-unreadable-{index}"),
+        "uuid": kept("uuid", attempt(device.uuid), f"{UNREADABLE_PREFIX}{index}"),
         "index": index,
         "minor": kept("minor", attempt(device.minor), index),
         "product": kept("product", attempt(device.name), "unknown"),
@@ -188,7 +194,7 @@ def _unreadable(index: int, previous: Mapping[str, Any], problems: list[str]) ->
         dict(previous)
         if previous
         else {
-            "uuid": f"GPU-unreadable-{index}",
+            "uuid": f"{UNREADABLE_PREFIX}{index}",
             "index": index,
             "product": "unknown",
             "memoryMiB": 0,

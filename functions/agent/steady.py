@@ -8,11 +8,17 @@ what was reported is held back until the next poll reads the same; a reading tha
 is dropped. The first poll reports what it reads (there is nothing to hold to yet).
 
 What the kubelet handed out (allocations) is not a reading of hardware and is never held.
+
+A card never read has no identity yet: its placeholder (`unknown`) is no reading to hold to.
+The first poll that reads it is reported at once, whatever polls before and after read: a
+card whose first read failed and whose reads then failed every other poll stayed
+`GPU-unreadable-0` for good, each good reading held back and then dropped by the failing one
+after it, although half the reads were good. Once it is known, it holds as any other card.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +33,9 @@ class Steady:
     reported: dict[Hashable, Any] = field(default_factory=dict)
     pending: dict[Hashable, Any] = field(default_factory=dict)
     started: bool = False
+    # A reported value that is no reading (a card's placeholder identity): replaced by the
+    # first reading that is one, without waiting for a second.
+    unknown: Callable[[Any], bool] = field(default=lambda value: False)
 
     def settle(self, readings: Mapping[Hashable, Any]) -> dict[Hashable, Any]:
         """What to report for this poll's `readings` (a key missing from them: gone)."""
@@ -40,7 +49,12 @@ class Steady:
 
     def _settle(self, key: Hashable, read: Any) -> Any:
         held = self.reported.get(key, _ABSENT)
-        if read == held or not self.started or self.pending.get(key, _ABSENT) == read:
+        if (
+            read == held
+            or not self.started
+            or self.pending.get(key, _ABSENT) == read
+            or (held is not _ABSENT and self.unknown(held) and not self.unknown(read))
+        ):
             self.pending.pop(key, None)
             return read
         self.pending[key] = read  # seen once: report it if the next poll reads it too
