@@ -9,12 +9,21 @@ Every command that reads a user's YAML (simulate, render, demo) reads it here, s
 - a syntax error is a `DocumentError` naming the file, the line and the column, instead of
   PyYAML's trace ending `in "<unicode string>"`;
 - a field's line can be found afterwards (`line_of`), for an error that names a field: the
-  file is composed again only then, so the fast path keeps no marks.
+  file is composed again only then, so the fast path keeps no marks;
+- files that change rarely and are read by every run — the XRDs, the Compositions, the
+  upstream CRDs (2.5 MB of them) — are parsed once per version of the file (`shipped`): the
+  parse is kept, as marshal, in the user's cache directory, keyed by the file's path, size and
+  modification time, and by the Python that wrote it. A cache that cannot be read or written
+  is no error: the file is parsed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import marshal
+import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +129,36 @@ def objects(path: Path) -> list[Document]:
                 "each document is one Kubernetes object: a mapping with apiVersion and kind",
             )
     return documents
+
+
+def shipped(path: Path) -> list[Any]:
+    """The non-empty documents of a file that changes rarely, parsed once per version of it."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return [document.obj for document in load_all(path) if document.obj]
+    made_by = f"{sys.version_info[:2]}-{marshal.version}-{yaml.__version__}"
+    identity = f"{made_by}\0{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}"
+    kept = cache_dir() / f"{hashlib.sha256(identity.encode()).hexdigest()}.marshal"
+    try:
+        return list(marshal.loads(kept.read_bytes()))
+    except (OSError, EOFError, ValueError, TypeError):
+        pass
+    found = [document.obj for document in load_all(path) if document.obj]
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f"{kept.name}.{os.getpid()}")
+        partial.write_bytes(marshal.dumps(found))
+        os.replace(partial, kept)  # whole or not at all, for a reader beside it
+    except (OSError, ValueError):  # read-only home, or a value marshal cannot keep
+        pass
+    return found
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "function-gpustack" / "parsed"
 
 
 def _syntax_error(path: Path, error: yaml.MarkedYAMLError) -> DocumentError:

@@ -118,7 +118,7 @@ def request(
 ) -> fnv1.RunFunctionRequest:
     req = fnv1.RunFunctionRequest()
     req.meta.capabilities.extend(caller.capabilities)
-    req.observed.composite.resource.update(dict(composite))
+    req.observed.composite.resource.CopyFrom(structs(composite))
     for name, obj in sorted(observed.items()):
         req.observed.resources[name].resource.CopyFrom(structs(obj))
     if desired is not None:

@@ -15,6 +15,13 @@
   refused as invalid: two controllers. One the API server refuses as invalid is left unsynced
   (a Warning event, and `Synced=False`, "Unsynced resources: …") while the rest are applied;
   any other refusal fails the reconcile.
+- Reconciles follow what changed, as Crossplane's watches make them, between polls: `poll()`
+  (the cluster's settling starts with one) has every composite reconciled; after it, a
+  composite whose last reconcile wrote nothing is not reconciled again while everything it
+  read is the same — itself, its composed resources, what each selector its function asked
+  for matched (by the stored objects' identity: a write stores a new object), the permissions
+  and the function. The function answers by its request, so that reconcile would write
+  nothing again; a round that changed nothing is still a round that changed nothing.
 - RBAC: Crossplane reaches only what its service account may — its own XRD kinds, plus what the
   package's ClusterRole (aggregated into Crossplane's) grants. Fetching a required resource
   needs get (by name) or list; composing needs get, list, watch, patch and delete. A gap fails
@@ -32,7 +39,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from google.protobuf.struct_pb2 import Struct
 
 from functions import pipeline
-from functions.documents import objects
+from functions.documents import shipped
 from functions.simulate import kube
 from functions.simulate.apiserver import INVALID, Refused
 from functions.simulate.client import Client
@@ -110,6 +117,9 @@ class Structs:
             self._made[id(obj)] = (obj, struct)
         return struct
 
+    def is_tainted(self, obj: Mapping[str, Any]) -> bool:
+        return self._tainted.get(id(obj)) is obj
+
     def taint(self, obj: Mapping[str, Any]) -> None:
         self._tainted[id(obj)] = obj
         self._made.pop(id(obj), None)
@@ -120,6 +130,48 @@ class Structs:
 
         self._made = {i: made for i, made in self._made.items() if kept(made[0])}
         self._tainted = {i: obj for i, obj in self._tainted.items() if kept(obj)}
+
+
+@dataclass(frozen=True, eq=False)
+class _Reading:
+    """What one reconcile read, by identity: the stored objects themselves (held, so that an
+    id is not reused), each selector its function asked with the objects it matched, and the
+    permissions and function it ran with."""
+
+    composite: Mapping[str, Any]
+    observed: tuple[tuple[str, Mapping[str, Any] | None], ...]
+    selectors: tuple[fnv1.ResourceSelector, ...]
+    matched: tuple[tuple[Mapping[str, Any], ...], ...]
+    ran_with: tuple[Any, ...]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Reading):
+            return NotImplemented
+        return (
+            self.composite is other.composite
+            and _same_objects([o for _, o in self.observed], [o for _, o in other.observed])
+            and [n for n, _ in self.observed] == [n for n, _ in other.observed]
+            and self.selectors == other.selectors
+            and len(self.matched) == len(other.matched)
+            and all(map(_same_objects, self.matched, other.matched))
+            and _same_objects(self.ran_with, other.ran_with)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tainted(self, structs: Structs) -> bool:
+        """Read an object a test may edit in place: never taken as unchanged."""
+        read = [
+            self.composite,
+            *(o for _, o in self.observed),
+            *(o for m in self.matched for o in m),
+        ]
+        return any(structs.is_tainted(obj) for obj in read if obj is not None)
+
+
+def _same_objects(a: Iterable[Any], b: Iterable[Any]) -> bool:
+    a, b = list(a), list(b)
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class Crossplane:
@@ -147,6 +199,12 @@ class Crossplane:
         self.results: dict[Key, list[fnv1.Result]] = {}
         self.events: dict[Key, list[str]] = {}  # Crossplane's own Warning events, by composite
         self.structs = Structs()
+        self._read: dict[Key, _Reading] = {}  # what each composite's last no-op reconcile read
+        self._asked: list[fnv1.ResourceSelector] = []  # what this reconcile's function asked
+
+    def poll(self) -> None:
+        """The poll interval passed: every composite is reconciled again, changed or not."""
+        self._read.clear()
 
     def namespaced_kinds(self) -> set[str]:
         return {kind for kind, xrd in self.xrds.items() if xrd["spec"].get("scope") == "Namespaced"}
@@ -155,11 +213,47 @@ class Crossplane:
         for key in [key for key in self.owned if key not in self.api.api.store]:
             del self.owned[key], self.uids[key]  # the garbage collector takes what it composed
         self.structs.forget(lambda key: self.api.peek(key.kind, key.name, key.namespace))
+        self._read = {key: read for key, read in self._read.items() if key in self.api.api.store}
         for key in self.api.api.store:
             if key.kind in self.compositions and key in self.api.api.store:
                 self.reconcile(key)
 
     def reconcile(self, key: Key) -> None:
+        """Reconcile the composite, unless its last reconcile wrote nothing and everything it
+        read is as it was then (the module's docstring)."""
+        before = self._reading(key)
+        if before is None or self._read.get(key) == before:
+            return
+        version, self._asked = self.api.api.store.version, []
+        self._reconcile(key)
+        nothing_written = self.api.api.store.version == version
+        reading = self._reading(key, self._asked) if nothing_written else None
+        if reading is not None and not reading.tainted(self.structs):
+            self._read[key] = reading
+        else:
+            self._read.pop(key, None)
+
+    def _reading(
+        self, key: Key, asked: Iterable[fnv1.ResourceSelector] | None = None
+    ) -> _Reading | None:
+        """What a reconcile of `key` reads now; the selectors of the last one, where not given."""
+        composite = self.api.peek(key.kind, key.name, key.namespace)
+        if composite is None:
+            return None
+        observed = tuple(
+            (name, self.api.peek(k.kind, k.name, k.namespace))
+            for name, k in sorted(self.owned.get(key, {}).items())
+        )
+        last = self._read.get(key)
+        selectors = tuple(asked) if asked is not None else last.selectors if last else ()
+        objects = self.readable() if selectors else []
+        honour = self.caller.honours_namespaces
+        matched = tuple(
+            tuple(o for o in objects if pipeline.matches(s, o, honour)) for s in selectors
+        )
+        return _Reading(composite, observed, selectors, matched, (self.rbac, self.runner))
+
+    def _reconcile(self, key: Key) -> None:
         composite = self.api.get(key.kind, key.name, key.namespace)
         if composite is None:
             return
@@ -172,10 +266,11 @@ class Crossplane:
         rsp = None  # the pipeline's response, once it has run
         try:
             root = self.label_root(composite)
+            stored = self.api.peek(key.kind, key.name, key.namespace) or composite  # labelled
             rsp, results = pipeline.run_pipeline(
                 self._checked(self.runner),
                 self.compositions[key.kind],
-                composite,
+                stored,
                 observed,
                 self.readable(),
                 self.caller,
@@ -212,6 +307,7 @@ class Crossplane:
         def call(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
             rsp = run(req)
             asked = {**rsp.requirements.extra_resources, **rsp.requirements.resources}
+            self._asked += asked.values()
             for selector in asked.values():
                 verb = "get" if selector.WhichOneof("match") == "match_name" else "list"
                 self.rbac.check(selector.api_version, selector.kind, verb, selector.namespace)
@@ -369,4 +465,4 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 
 
 def _documents(directory: Path) -> list[dict[str, Any]]:
-    return [document.obj for path in sorted(directory.glob("*.yaml")) for document in objects(path)]
+    return [obj for path in sorted(directory.glob("*.yaml")) for obj in shipped(path)]

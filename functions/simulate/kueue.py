@@ -37,8 +37,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from functions import documents
 from functions.simulate import kube
 from functions.simulate.apiserver import FORBIDDEN, Mutator, Webhook
 from functions.simulate.client import Client
@@ -576,7 +575,7 @@ def _mismatch(pod: Mapping[str, Any], flavor: Mapping[str, Any]) -> str:
 @functools.cache
 def _configuration(path: Path, modified: int) -> dict[str, Any]:
     """A Kueue Configuration, read again only when the file changes."""
-    return yaml.safe_load(path.read_text()) or {}
+    return (documents.shipped(path) or [{}])[0]
 
 
 def admit_cluster_queue(new: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from functions.documents import load_all
+from functions.documents import shipped
 from functions.simulate.upstream import kubernetes_validate_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,8 @@ def schema_dir() -> Path | None:
 
 
 def documents(path: Path) -> list[dict]:
-    return [document.obj for document in load_all(path) if document.obj]
+    """A schema file's objects (read once per version of the file: functions/documents.py)."""
+    return shipped(path)
 
 
 # --- which schema applies -------------------------------------------------------------------

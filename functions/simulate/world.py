@@ -133,7 +133,10 @@ class World:
     # --- what the controllers do --------------------------------------------------------------
 
     def reconcile(self) -> int:
-        """Run rounds until nothing changes; returns how many it took."""
+        """Run rounds until nothing changes; returns how many it took. Crossplane polls every
+        composite in the first (a test may have changed the function since the last settling),
+        then follows what changed."""
+        self.crossplane.poll()
         for rounds in range(1, MAX_ROUNDS + 1):
             before = self.store.version
             for controller in self.controllers:
