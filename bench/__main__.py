@@ -13,6 +13,9 @@ Crossplane builds it (bench/requests.py), and prints:
 4. at the smallest size, the Instances' p50/p99 beside the do-nothing function's, and beside
    ours with the handler's rules skipped (bench/remembering.py).
 
+Before the sizes, `gpustack-fn simulate` of the walkthrough: its CPU per run, against 2 s, its
+output checked byte for byte (bench/simulate.py).
+
 The issue's targets are printed OK or OVER; nothing here fails. `BENCH_NODES=1000 make bench`
 (comma-separated sizes) is the quick run. The figures also go to `$BENCH_OUT` (JSON), which
 bench/results.md was written from.
@@ -28,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import cluster, e2e, least, measure, requests
+from bench import cluster, e2e, least, measure, requests, simulate
 from bench.noop import LIMIT
 from functions import frame
 from functions.handlers import gpuclass
@@ -269,6 +272,7 @@ def devices_cpu(found: dict[str, Any], nodes: int = 20000) -> dict[str, float]:
 def main() -> None:
     report: dict[str, Any] = {"machine": machine(), "sizes": {}}
     print(f"machine: {report['machine']}")
+    report["simulate"] = simulate.measure()
     for size in SIZES:
         print(f"\n{size:,} nodes x 8 H100 (a quarter with MIG cards), every sharing mode allocated")
         built_cluster = cluster.build(size)
