@@ -27,8 +27,9 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The suite on every core (pytest-xdist; its tests are independent), the slowest listed.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --durations=15
 
 legacy: $(STAMP)
 	$(BIN)/python tools/legacy.py

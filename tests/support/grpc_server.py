@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,8 +46,25 @@ def function_server(*args: str) -> Iterator[str]:
         process.wait(timeout=10)
 
 
-def wait_ready(channel: grpc.Channel, timeout: float = 20) -> None:
-    grpc.channel_ready_future(channel).result(timeout=timeout)
+READY_BOUND = (
+    600.0  # seconds: a server that has not answered by then hangs; a busy machine is slower
+)
+
+
+def wait_ready(channel: grpc.Channel, timeout: float = READY_BOUND) -> None:
+    """Until the server answers: probed every second, within a generous overall bound (a busy
+    2-core machine takes well over the 20 s this once waited), reported when it is reached."""
+    ready, started = grpc.channel_ready_future(channel), time.monotonic()
+    while True:
+        try:
+            ready.result(timeout=1)
+            return
+        except grpc.FutureTimeoutError:
+            waited = time.monotonic() - started
+            if waited >= timeout:
+                raise TimeoutError(
+                    f"the function server did not answer in {waited:.0f} s"
+                ) from None
 
 
 def _key():
