@@ -251,9 +251,11 @@ def test_a_condition_a_function_stops_sending_stays_and_a_fatal_result_makes_it_
     world.reconcile()
     assert custom() == ("True", "Sent", "")
     mode["now"] = "quiet"
+    world.crossplane.poll()  # nothing in the cluster changed: Crossplane sees it at its poll
     world.reconcile()
     assert custom() == ("True", "Sent", "")  # not sent, not removed
     mode["now"] = "fail"
+    world.crossplane.poll()
     world.reconcile()
     assert custom() == (
         "Unknown",

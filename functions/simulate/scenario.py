@@ -238,7 +238,7 @@ def shown(world: World, step: Step, kinds: Mapping[str, str]) -> list[str]:
 def reasons(world: World) -> list[str]:
     """Why each Instance that is not settled is where it is: its phase message."""
     lines = []
-    for instance in world.list("Instance"):
+    for instance in world.store.list("Instance"):  # only read: not handed out for editing
         status = instance.get("status") or {}
         if status.get("phase") not in SETTLED_PHASES and status.get("phaseMessage"):
             name = instance["metadata"]["name"]
@@ -254,7 +254,8 @@ def dump(world: World, directory: Path) -> None:
     """Every object of the settled cluster, one file per kind (for `kubectl gpustack -f`)."""
     directory.mkdir(parents=True, exist_ok=True)
     for kind in sorted({key.kind for key in world.store}):
-        text = "".join("---\n" + yaml.safe_dump(obj, sort_keys=True) for obj in world.list(kind))
+        found = world.store.list(kind)  # only read: not handed out for editing
+        text = "".join("---\n" + yaml.safe_dump(obj, sort_keys=True) for obj in found)
         (directory / f"{kind}.yaml").write_text(text)
 
 

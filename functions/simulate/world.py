@@ -71,6 +71,7 @@ class World:
         self.kubelet = Kubelet(client, plugins)
         lifecycle = NodeLifecycle(client)
         self.api.clock = lambda: lifecycle.now(0)  # the cluster's one clock
+        self.crossplane.clock = lambda: lifecycle.clock
         self.controllers: list[Any] = [
             self.crossplane,
             GarbageCollector(client),
@@ -133,10 +134,7 @@ class World:
     # --- what the controllers do --------------------------------------------------------------
 
     def reconcile(self) -> int:
-        """Run rounds until nothing changes; returns how many it took. Crossplane polls every
-        composite in the first (a test may have changed the function since the last settling),
-        then follows what changed."""
-        self.crossplane.poll()
+        """Run rounds until nothing changes; returns how many it took."""
         for rounds in range(1, MAX_ROUNDS + 1):
             before = self.store.version
             for controller in self.controllers:
@@ -148,7 +146,7 @@ class World:
     # --- what kubectl prints ------------------------------------------------------------------
 
     def table(self, kind: str, wide: bool = False) -> str:
-        return kubectl.table(self.list(kind), self.crossplane.xrds.get(kind), wide)
+        return kubectl.table(self.store.list(kind), self.crossplane.xrds.get(kind), wide)
 
 
 def world_from(
