@@ -118,3 +118,43 @@ def test_observed_resources_feed_the_status(tmp_path):
     assert (status["phase"], status["display"]["accelerator"]) == ("Active", "1/1 1/10 100/100 0/0")
     kinds = [doc["kind"] for doc in stream[1:]]
     assert kinds == ["ClusterQueue", "LocalQueue", "LocalQueue"]
+
+
+def test_render_against_a_running_server_by_address_or_the_development_target(tmp_path):
+    """`--function-address HOST:PORT`, or `--development-target` for the address the functions
+    file's Development runtime annotation names (as `crossplane render` calls it): the same
+    stream as from the server render starts itself."""
+    import grpc
+
+    from tests.support.grpc_server import function_server, wait_ready
+
+    functions = yaml.safe_load((WALKTHROUGH / "functions.yaml").read_text())
+    inputs = [WALKTHROUGH / "catalog.yaml", PIPELINES / "catalog.yaml"]
+    with function_server("--insecure") as address, grpc.insecure_channel(address) as channel:
+        wait_ready(channel)  # until it answers: render's own wait is a user's, a short one
+        annotations = functions["metadata"]["annotations"]
+        annotations["render.crossplane.io/runtime-development-target"] = address
+        (tmp_path / "functions.yaml").write_text(yaml.safe_dump(functions))
+        by_address, _ = render(*inputs, "-e", WALKTHROUGH / "summaries.yaml", "-a", address)
+        by_target, _ = render(
+            *inputs, tmp_path / "functions.yaml", "-e", WALKTHROUGH / "summaries.yaml",
+            "--development-target",
+        )  # fmt: skip
+    assert by_address.exit_code == 0, by_address.output
+    assert by_target.output == by_address.output
+    assert by_address.output.startswith(
+        "---\napiVersion: worker.gpustack.ai/v1alpha1\nkind: Catalog"
+    )
+    assert by_address.output.count("crossplane.io/composition-resource-name") == 13
+
+
+def test_the_development_target_needs_a_function_in_the_development_runtime(tmp_path):
+    functions = yaml.safe_load((WALKTHROUGH / "functions.yaml").read_text())
+    del functions["metadata"]["annotations"]
+    (tmp_path / "functions.yaml").write_text(yaml.safe_dump(functions))
+    result, _ = render(
+        WALKTHROUGH / "catalog.yaml", PIPELINES / "catalog.yaml", tmp_path / "functions.yaml",
+        "--development-target",
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert "no Function in the Development runtime" in result.output
