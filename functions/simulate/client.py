@@ -32,6 +32,10 @@ class Client:
         store = self.api.store
         return [obj for key in store if (obj := store.get(key.kind, key.name, key.namespace))]
 
+    def peek_list(self, kind: str) -> list[dict[str, Any]]:
+        """The kind's stored objects themselves, sorted: for a reader that only reads them."""
+        return self.api.store.list(kind)
+
     def list(self, kind: str) -> list[dict[str, Any]]:
         return [copy_of(obj) for obj in self.api.store.list(kind)]
 

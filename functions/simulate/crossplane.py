@@ -256,10 +256,10 @@ class Crossplane:
         )
         last = self._read.get(key)
         selectors = tuple(asked) if asked is not None else last.selectors if last else ()
-        objects = self.readable() if selectors else []
-        honour = self.caller.honours_namespaces
-        matched = tuple(
-            tuple(o for o in objects if pipeline.matches(s, o, honour)) for s in selectors
+        honour, store = self.caller.honours_namespaces, self.api.api.store
+        matched = tuple(  # the kind's objects only: a selector names its kind
+            tuple(o for o in store.list(s.kind) if pipeline.matches(s, o, honour))
+            for s in selectors
         )
         return _Reading(composite, observed, selectors, matched, (self.rbac, self.runner))
 

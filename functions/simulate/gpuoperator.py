@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions.simulate.client import Client
+from functions.simulate.store import copy_of
 
 PRESENT = "nvidia.com/gpu.present"
 WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"
@@ -84,8 +85,8 @@ class GpuOperator:
 def cluster_policy(api: Client) -> dict[str, Any] | None:
     """The ClusterPolicy's spec (the operator reads the one there is); None where there is none:
     the operator is not installed."""
-    policies = api.list("ClusterPolicy")
-    return (policies[0].get("spec") or {}) if policies else None
+    policies = api.peek_list("ClusterPolicy")  # read; what is handed on is a copy
+    return copy_of(policies[0].get("spec") or {}) if policies else None
 
 
 def node_labels(labels: dict[str, str], sandbox: dict[str, Any]) -> dict[str, str]:

@@ -266,18 +266,19 @@ class Kueue:
 
     # --- workloads and queues ---------------------------------------------------------------
 
-    def admitted(self) -> list[dict[str, Any]]:
+    def admitted(self, to_edit: bool = True) -> list[dict[str, Any]]:
         """The workloads that hold quota: admitted and not Finished (`HasActiveQuotaReservation`,
-        pkg/workload/workload.go; the cache drops a Finished one, workload_controller.go)."""
+        pkg/workload/workload.go; the cache drops a Finished one, workload_controller.go).
+        `to_edit=False`: the stored objects themselves, for a reader that only reads them."""
         return [
             w
-            for w in self.api.list("Workload")
+            for w in (self.api.list if to_edit else self.api.peek_list)("Workload")
             if (w.get("status") or {}).get("admission") and not finished(w)
         ]
 
     def usage(self, queue: str) -> dict[tuple[str, str], Fraction]:
         used: dict[tuple[str, str], Fraction] = {}
-        for workload in self.admitted():
+        for workload in self.admitted(to_edit=False):
             admission = workload["status"]["admission"]
             if admission["clusterQueue"] != queue:
                 continue
@@ -366,11 +367,13 @@ class Kueue:
             name = queue["metadata"]["name"]
             used = self.usage(name)
             admitted = sum(
-                1 for w in self.admitted() if w["status"]["admission"]["clusterQueue"] == name
+                1
+                for w in self.admitted(to_edit=False)
+                if w["status"]["admission"]["clusterQueue"] == name
             )
             pending = sum(
                 1
-                for w in self.api.list("Workload")
+                for w in self.api.peek_list("Workload")  # only read
                 if w["spec"]["queueName"] in self.local_queue_names(name)
                 and not (w.get("status") or {}).get("admission")
                 and not finished(w)
@@ -403,7 +406,7 @@ class Kueue:
     def local_queue_names(self, cluster_queue: str) -> set[str]:
         return {
             q["metadata"]["name"]
-            for q in self.api.list("LocalQueue")
+            for q in self.api.peek_list("LocalQueue")  # only read
             if q["spec"]["clusterQueue"] == cluster_queue
         }
 

@@ -48,28 +48,37 @@ class Store:
 
     def __init__(self) -> None:
         self._objects: dict[Key, dict[str, Any]] = {}
+        self._by_kind: dict[str, dict[Key, dict[str, Any]]] = {}
         self.version = 0  # moves with every put and every removal
+        self._sorted: tuple[int, list[Key]] = (-1, [])  # the keys, sorted, at a version
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self._objects.get(Key(kind, namespace, name))
 
     def list(self, kind: str) -> list[dict[str, Any]]:
-        return [obj for key, obj in sorted(self._objects.items()) if key.kind == kind]
+        found = self._by_kind.get(kind, {})
+        return [found[key] for key in sorted(found)]
 
     def put(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Store `obj` itself: the caller hands over an object no one else holds."""
-        self._objects[Key.of(obj)] = obj
+        key = Key.of(obj)
+        self._objects[key] = self._by_kind.setdefault(key.kind, {})[key] = obj
         self.version += 1
         return obj
 
     def remove(self, key: Key) -> dict[str, Any] | None:
         removed = self._objects.pop(key, None)
         if removed is not None:
+            del self._by_kind[key.kind][key]
             self.version += 1
         return removed
 
     def keys(self) -> list[Key]:
-        return sorted(self._objects)
+        version, keys = self._sorted
+        if version != self.version:
+            keys = sorted(self._objects)
+            self._sorted = (self.version, keys)
+        return list(keys)
 
     def __iter__(self) -> Iterator[Key]:
         return iter(self.keys())
