@@ -119,6 +119,14 @@ def development_target(functions_path: Path | None) -> str:
 @contextlib.contextmanager
 def function_at(address: str) -> Iterator[pipeline.Runner]:
     """A runner for a function server already running at `address` (plaintext gRPC)."""
+    host, _, port = address.rpartition(":")
+    try:  # nothing listening is said at once; a listener that is no gRPC server, in 10 s
+        socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=10).close()
+    except (OSError, ValueError):
+        raise RenderError(
+            f"no function server answers at {address} — start one "
+            f"(`.venv/bin/function --insecure --address {address}`) or give its address"
+        ) from None
     with grpc.insecure_channel(address) as channel:
         try:
             grpc.channel_ready_future(channel).result(timeout=10)
