@@ -54,8 +54,9 @@ def binary(name: str, component: str = "") -> Path:
 
 def module_dir(module: str, version: str) -> Path:
     """A module's source as the Go module cache holds it (its CRDs, KWOK's stages)."""
-    gomodcache = os.environ.get("GOMODCACHE") or Path(
-        os.environ.get("GOPATH") or Path.home() / "go"
-    ) / "pkg" / "mod"
+    gomodcache = (
+        os.environ.get("GOMODCACHE")
+        or Path(os.environ.get("GOPATH") or Path.home() / "go") / "pkg" / "mod"
+    )
     escaped = "".join(f"!{c.lower()}" if c.isupper() else c for c in module)
     return Path(gomodcache) / f"{escaped}@{version}"

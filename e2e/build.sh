@@ -38,6 +38,7 @@ wrapper() {
   built "$name" "$version" && return 0
   local dir="$E2E_CACHE/$name-$version/wrapper" upstream
   mkdir -p "$dir"
+  rm -f "$dir/go.mod" # an earlier, interrupted run's would stop `go mod download` here
   upstream=$(cd "$dir" && go mod download -json "$module@$version" |
     sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
   {
@@ -47,7 +48,7 @@ wrapper() {
     echo "replace ("
     # single-line and block replacements alike: "<old> [v] => <new> [v]"
     sed -n -e 's/^replace[[:space:]]*\([^(].*=>.*\)$/\1/p' -e '/^replace[[:space:]]*(/,/^)/p' "$upstream" |
-      grep '=>' | sed 's,//.*,,' |
+      { grep '=>' || true; } | sed 's,//.*,,' |
       awk -v staging="$staging" '{
         old = $1; n = split($0, side, "=>"); split(side[2], new, " ")
         if (new[1] ~ /^\./) { if (staging != "") print "\t" old " => " old " " staging }

@@ -38,8 +38,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(what: str, ready: Callable[[], bool], timeout: float = START_TIMEOUT,
-               log: Path | None = None, alive: Callable[[], bool] = lambda: True) -> None:
+def wait_until(
+    what: str,
+    ready: Callable[[], bool],
+    timeout: float = START_TIMEOUT,
+    log: Path | None = None,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive():
@@ -54,8 +59,11 @@ def wait_until(what: str, ready: Callable[[], bool], timeout: float = START_TIME
 def _tail(log: Path | None, lines: int = 30) -> str:
     if log is None or not log.exists():
         return ""
-    return "; the end of its log (" + str(log) + "):\n" + "\n".join(
-        log.read_text(errors="replace").splitlines()[-lines:]
+    return (
+        "; the end of its log ("
+        + str(log)
+        + "):\n"
+        + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     )
 
 
@@ -103,8 +111,18 @@ def kubeconfig(path: Path, server: str, ca: Path, client: pki.KeyPair, user: str
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-                "users": [{"name": user, "user": {"client-certificate": str(client.cert), "client-key": str(client.key)}}],
+                "clusters": [
+                    {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}
+                ],
+                "users": [
+                    {
+                        "name": user,
+                        "user": {
+                            "client-certificate": str(client.cert),
+                            "client-key": str(client.key),
+                        },
+                    }
+                ],
                 "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": user}}],
                 "current-context": "e2e",
             }
@@ -128,7 +146,9 @@ class ControlPlane:
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
         admin = pki.signed(self.pki_dir, "admin", self.ca, "admin", "system:masters")
         self.admin = admin
-        self.kubeconfig = kubeconfig(root / "admin.kubeconfig", self.server, self.ca.cert, admin, "admin")
+        self.kubeconfig = kubeconfig(
+            root / "admin.kubeconfig", self.server, self.ca.cert, admin, "admin"
+        )
 
     # -- processes ----------------------------------------------------------------------
     def run(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
@@ -153,7 +173,9 @@ class ControlPlane:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
         context.load_cert_chain(self.admin.cert, self.admin.key)
-        with urllib.request.urlopen(f"https://127.0.0.1:{port}{path}", context=context, timeout=5) as r:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}{path}", context=context, timeout=5
+        ) as r:
             return r.status == 200
 
     def wait_healthy(self, name: str, port: int, path: str = "/healthz") -> None:
@@ -175,78 +197,100 @@ class ControlPlane:
         self.kine_port = free_port()
         data = self.root / "kine"
         data.mkdir(exist_ok=True)
-        process = self.run("kine", [
-            str(binary("kine")),
-            f"--endpoint=sqlite://{data}/state.db?_journal=WAL&cache=shared&_busy_timeout=30000",
-            f"--listen-address=127.0.0.1:{self.kine_port}",
-            "--metrics-bind-address=0",
-        ])
+        process = self.run(
+            "kine",
+            [
+                str(binary("kine")),
+                f"--endpoint=sqlite://{data}/state.db?_journal=WAL&cache=shared&_busy_timeout=30000",
+                f"--listen-address=127.0.0.1:{self.kine_port}",
+                "--metrics-bind-address=0",
+            ],
+        )
+
         def listening() -> bool:
             with socket.create_connection(("127.0.0.1", self.kine_port), timeout=1):
                 return True
+
         wait_until("kine", listening, log=process.log, alive=process.alive)
 
     def start_apiserver(self) -> None:
         serving = pki.signed(
-            self.pki_dir, "apiserver", self.ca, "kube-apiserver",
-            hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-                   "kubernetes.default.svc"),
+            self.pki_dir,
+            "apiserver",
+            self.ca,
+            "kube-apiserver",
+            hosts=(
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ),
         )
         self.service_account = pki.service_account_keys(self.pki_dir)
-        self.run("kube-apiserver", [
-            str(binary("kube-apiserver")),
-            f"--etcd-servers=http://127.0.0.1:{self.kine_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={self.apiserver_port}",
-            f"--tls-cert-file={serving.cert}",
-            f"--tls-private-key-file={serving.key}",
-            f"--client-ca-file={self.ca.cert}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={self.service_account.cert}",
-            f"--service-account-signing-key-file={self.service_account.key}",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            "--authorization-mode=RBAC",
-            "--allow-privileged=true",
-            # its Endpoints would name 127.0.0.1, which Endpoints may not hold; nothing reads them
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-            # a watch cache per resource costs memory and start-up time a test does not need
-            "--watch-cache=false",
-        ])
+        self.run(
+            "kube-apiserver",
+            [
+                str(binary("kube-apiserver")),
+                f"--etcd-servers=http://127.0.0.1:{self.kine_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={self.ca.cert}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={self.service_account.cert}",
+                f"--service-account-signing-key-file={self.service_account.key}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                # its Endpoints would name 127.0.0.1, which Endpoints may not hold; nothing reads them
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                # a watch cache per resource costs memory and start-up time a test does not need
+                "--watch-cache=false",
+            ],
+        )
         self.wait_healthy("kube-apiserver", self.apiserver_port, "/readyz")
 
     def start_controller_manager(self) -> None:
         port = free_port()
         kubeconfig_path = str(self.kubeconfig)
-        self.run("kube-controller-manager", [
-            str(binary("kube-controller-manager")),
-            f"--kubeconfig={kubeconfig_path}",
-            f"--authentication-kubeconfig={kubeconfig_path}",
-            f"--authorization-kubeconfig={kubeconfig_path}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--leader-elect=false",
-            f"--service-account-private-key-file={self.service_account.key}",
-            f"--root-ca-file={self.ca.cert}",
-            "--use-service-account-credentials=false",
-            "--profiling=false",
-        ])
+        self.run(
+            "kube-controller-manager",
+            [
+                str(binary("kube-controller-manager")),
+                f"--kubeconfig={kubeconfig_path}",
+                f"--authentication-kubeconfig={kubeconfig_path}",
+                f"--authorization-kubeconfig={kubeconfig_path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={self.service_account.key}",
+                f"--root-ca-file={self.ca.cert}",
+                "--use-service-account-credentials=false",
+                "--profiling=false",
+            ],
+        )
         self.wait_healthy("kube-controller-manager", port)
 
     def start_scheduler(self) -> None:
         port = free_port()
         kubeconfig_path = str(self.kubeconfig)
-        self.run("kube-scheduler", [
-            str(binary("kube-scheduler")),
-            f"--kubeconfig={kubeconfig_path}",
-            f"--authentication-kubeconfig={kubeconfig_path}",
-            f"--authorization-kubeconfig={kubeconfig_path}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            "--leader-elect=false",
-            "--profiling=false",
-        ])
+        self.run(
+            "kube-scheduler",
+            [
+                str(binary("kube-scheduler")),
+                f"--kubeconfig={kubeconfig_path}",
+                f"--authentication-kubeconfig={kubeconfig_path}",
+                f"--authorization-kubeconfig={kubeconfig_path}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--leader-elect=false",
+                "--profiling=false",
+            ],
+        )
         self.wait_healthy("kube-scheduler", port)
 
     def start_kwok(self) -> None:
@@ -256,17 +300,30 @@ class ControlPlane:
             {
                 "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
                 "kind": "KwokConfiguration",
-                "options": {"manageAllNodes": True, "serverAddress": f"127.0.0.1:{port}"},
+                # kwok v0.8.0 leaves a config file's options undefaulted: its defaults, spelled out
+                "options": {
+                    "manageAllNodes": True,
+                    "serverAddress": f"127.0.0.1:{port}",
+                    "cidr": "10.0.0.0/16",
+                    "podPlayStageParallelism": 4,
+                    "nodePlayStageParallelism": 4,
+                    "nodeLeaseParallelism": 4,
+                    "podsOnNodeSyncParallelism": 1,
+                    "nodeLeaseDurationSeconds": 40,
+                },
             }
         ]
         for stage in self.kwok_stages:
             documents += [d for d in yaml.safe_load_all(stage.read_text()) if d]
         config.write_text(yaml.safe_dump_all(documents))
-        process = self.run("kwok", [
-            str(binary("kwok")),
-            f"--kubeconfig={self.kubeconfig}",
-            f"--config={config}",
-        ])
+        process = self.run(
+            "kwok",
+            [
+                str(binary("kwok")),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={config}",
+            ],
+        )
 
         def serving() -> bool:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:

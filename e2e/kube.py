@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import tempfile
@@ -26,7 +27,11 @@ class Kubectl:
 
     def env(self) -> dict[str, str]:
         # HOME is the run's folder: kubectl keeps its discovery cache under $HOME/.kube
-        return {"KUBECONFIG": str(self.kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(self.kubeconfig.parent)}
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.kubeconfig.parent),
+        }
 
     def __call__(
         self, *args: str, stdin: str | None = None, cwd: Path | None = None, check: bool = True
@@ -49,13 +54,19 @@ class Kubectl:
         """`kubectl kustomize`: a kustomization rendered as `kustomize build` renders it."""
         done = subprocess.run(
             [str(binary("kubectl")), "kustomize", str(folder)],
-            capture_output=True, text=True, check=True, timeout=300, env={"HOME": tempfile.gettempdir()},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+            env={"HOME": tempfile.gettempdir()},
         )
         return done.stdout
 
     def apply(self, objects: Iterable[Mapping[str, Any]], server_side: bool = True) -> None:
         text = yaml.safe_dump_all(list(objects))
-        args = ["apply", "-f", "-"] + (["--server-side", "--force-conflicts"] if server_side else [])
+        args = ["apply", "-f", "-"] + (
+            ["--server-side", "--force-conflicts"] if server_side else []
+        )
         self(*args, stdin=text)
 
     def get(self, kind: str, name: str = "", namespace: str = "") -> Any:
@@ -64,7 +75,9 @@ class Kubectl:
         found = json.loads(self(*args))
         return found if name else found.get("items", [])
 
-    def token_kubeconfig(self, path: Path, server: str, ca: Path, account: str, namespace: str) -> Path:
+    def token_kubeconfig(
+        self, path: Path, server: str, ca: Path, account: str, namespace: str
+    ) -> Path:
         """A kubeconfig that acts as a ServiceAccount, as the component's Pod would."""
         token = self("create", "token", account, "-n", namespace, "--duration=48h").strip()
         path.write_text(
@@ -72,9 +85,19 @@ class Kubectl:
                 {
                     "apiVersion": "v1",
                     "kind": "Config",
-                    "clusters": [{"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+                    "clusters": [
+                        {
+                            "name": "e2e",
+                            "cluster": {"server": server, "certificate-authority": str(ca)},
+                        }
+                    ],
                     "users": [{"name": account, "user": {"token": token}}],
-                    "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": account, "namespace": namespace}}],
+                    "contexts": [
+                        {
+                            "name": "e2e",
+                            "context": {"cluster": "e2e", "user": account, "namespace": namespace},
+                        }
+                    ],
                     "current-context": "e2e",
                 }
             )
@@ -82,7 +105,27 @@ class Kubectl:
         path.chmod(0o600)
         return path
 
-    def wait(self, condition: str, targets: Sequence[str], timeout: str = "600s", namespace: str = "") -> None:
+    def secret(self, name: str, namespace: str) -> dict[str, bytes]:
+        found = json.loads(self("get", "secret", name, "-n", namespace, "-o", "json"))
+        return {k: base64.b64decode(v) for k, v in (found.get("data") or {}).items()}
+
+    def mount_secret(self, name: str, namespace: str, folder: Path, keys: Sequence[str]) -> Path:
+        """What the kubelet does for a Secret volume: once the Secret holds `keys` (a
+        controller fills it after it starts), its files in `folder`."""
+
+        def filled() -> dict[str, bytes] | None:
+            data = self.secret(name, namespace)
+            return data if all(data.get(key) for key in keys) else None
+
+        data = eventually(f"the Secret {namespace}/{name}", filled)
+        folder.mkdir(parents=True, exist_ok=True)
+        for key in keys:
+            (folder / key).write_bytes(data[key])
+        return folder
+
+    def wait(
+        self, condition: str, targets: Sequence[str], timeout: str = "600s", namespace: str = ""
+    ) -> None:
         args = ["wait", f"--for={condition}", f"--timeout={timeout}", *targets]
         self(*(args + (["-n", namespace] if namespace else [])))
 

@@ -96,7 +96,9 @@ def signed(
     names = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
     if organization:
         names.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
-    usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + ([ExtendedKeyUsageOID.SERVER_AUTH] if hosts else [])
+    usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + (
+        [ExtendedKeyUsageOID.SERVER_AUTH] if hosts else []
+    )
     builder = _builder(x509.Name(names), ca_cert.subject, key.public_key()).add_extension(
         x509.ExtendedKeyUsage(usages), critical=False
     )

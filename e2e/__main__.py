@@ -1,0 +1,115 @@
+"""`python -m e2e play SCENARIO [--expected FILE] [--legacy]`: a scenario on the real control
+plane (docs/e2e.md). Prints what each step prints; with `--expected`, a step that does not print
+its block of that file fails the run with the difference, and the exit code is 1.
+
+The binaries come from `e2e/build.sh` (make e2e runs it first). Everything else lives in a
+temporary folder, removed at the end unless `--keep` is given (its logs then stay for reading).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from e2e import scenario
+from e2e.environment import Environment, private_mounts, settle_devices
+
+
+def device_plugin_of(objects: list[dict[str, Any]]) -> str:
+    """The device plugin the scenario's Catalog says the cluster runs (as `simulate` reads it)."""
+    for obj in objects:
+        if obj["kind"] == "Catalog":
+            return (obj.get("spec") or {}).get("devicePlugin") or "gpustack"
+    return "gpustack"
+
+
+def setup(env: Environment, folder: Path):
+    def apply(objects: list[dict[str, Any]]) -> None:
+        nodes = [o for o in objects if o["kind"] == "Node"]
+        devices = [o for o in objects if o["kind"] == "Devices"]
+        rest = [o for o in objects if o["kind"] not in ("Node", "Devices")]
+        env.register_nodes(nodes, devices)
+        settle_devices(env, [d["metadata"]["name"] for d in devices])
+        if rest:
+            scenario.apply_files(env.kubectl, rest, folder)
+
+    return apply
+
+
+def play(args: argparse.Namespace) -> int:
+    path = Path(args.scenario).resolve()
+    expected = Path(args.expected).read_text() if args.expected else None
+    objects = [
+        o
+        for name in scenario.load_plan(path).get("apply") or []
+        for o in scenario.load(path.parent / name)
+    ]
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="gpustack-e2e-"))
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    env = Environment(
+        root, device_plugin_of(objects), "CROSSPLANE_LEGACY" if args.legacy else "CROSSPLANE"
+    )
+    failed = 0
+    try:
+        env.start()
+        print(
+            f"# the control plane, Kueue, NFD, Crossplane and the package: up in "
+            f"{time.monotonic() - started:.0f} s ({root})",
+            file=sys.stderr,
+            flush=True,
+        )
+        wanted = scenario.expected_steps(expected) if expected is not None else {}
+        for printed in scenario.play(path, env.kubectl, expected, setup(env, root)):
+            print(printed + "\n", flush=True)
+            title = printed.split("\n", 1)[0].removeprefix("== ")
+            want = wanted.get(title)
+            if want is not None and printed != want:
+                failed += 1
+                diff = difflib.unified_diff(
+                    want.splitlines(),
+                    printed.splitlines(),
+                    "expected",
+                    "real control plane",
+                    lineterm="",
+                )
+                print("\n".join(diff) + "\n", file=sys.stderr, flush=True)
+                if env.node_errors:
+                    print(
+                        f"# the simulated nodes' last error: {env.node_errors[-1]}", file=sys.stderr
+                    )
+    finally:
+        env.stop()
+        if args.keep or failed:
+            print(f"# kept {root} (logs in {root / 'logs'})", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(
+        f"# {path.name}: {failed or 'no'} step(s) differ; {time.monotonic() - started:.0f} s in all",
+        file=sys.stderr,
+    )
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("play", help="play a scenario on the real control plane")
+    run.add_argument("scenario")
+    run.add_argument("--expected", help="the tables each step must print (an expected.txt)")
+    run.add_argument("--legacy", action="store_true", help="Crossplane 1.x and the legacy set")
+    run.add_argument("--root", help="the folder to run in (default: a new temporary one)")
+    run.add_argument("--keep", action="store_true", help="keep the folder and its logs")
+    args = parser.parse_args(argv)
+    return play(args)
+
+
+if __name__ == "__main__":
+    private_mounts([sys.executable, "-m", "e2e", *sys.argv[1:]])
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The whole environment `make e2e` plays scenarios in: the control plane, Kueue, NFD and
+Crossplane from upstream's manifests, this package installed as the README says, and the nodes.
+
+Order, as an operator installs a cluster: the control plane; Node Feature Discovery; Kueue with
+this package's configuration fragment for the scenario's device plugin; Crossplane; the function
+package; the RBAC, XRDs and Compositions (README, "Install in a cluster"); the agent's
+ServiceAccount and role. Then each scenario's nodes register and their agents start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from e2e import install
+from e2e.api import Api
+from e2e.binaries import binary, module_dir, versions
+from e2e.cluster import ControlPlane, free_port
+from e2e.crossplane import Crossplane
+from e2e.kube import Kubectl, documents, eventually
+from e2e.node import SimulatedNode, plugins
+from functions.simulate import kube
+from functions.simulate.deviceplugin import cards_of
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+COMPOSITIONS = REPOSITORY / "compositions"
+NODE_PERIOD = 0.5  # seconds between two passes of the simulated nodes
+PRIVATE_MARK = "GPUSTACK_E2E_PRIVATE_MOUNTS"
+
+
+def private_mounts(argv: list[str]) -> None:
+    """Re-run this command in a private mount namespace whose /etc/hosts also maps the webhook
+    Services' names to 127.0.0.1 (install.WEBHOOK_HOSTS); the machine's own file is untouched."""
+    if os.environ.get(PRIVATE_MARK) == "1":
+        return
+    hosts = Path(tempfile.mkdtemp(prefix="gpustack-e2e-hosts-")) / "hosts"
+    hosts.write_text(
+        Path("/etc/hosts").read_text() + "\n" + "\n".join(install.hosts_entries()) + "\n"
+    )
+    script = f'mount --bind "{hosts}" /etc/hosts && exec "$@"'
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        sys.exit("make e2e: unshare (util-linux) is needed for a private /etc/hosts")
+    prefix = [unshare, "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        prefix.insert(1, "--map-root-user")
+    env = {**os.environ, PRIVATE_MARK: "1"}
+    code = subprocess.call([*prefix, "sh", "-c", script, "sh", *argv], env=env)
+    sys.exit(code)
+
+
+def kwok_stages() -> list[Path]:
+    stage = module_dir("sigs.k8s.io/kwok", versions()["KWOK"]) / "kustomize" / "stage"
+    return [
+        stage / "node" / "fast" / "node-initialize.yaml",
+        *sorted(
+            path
+            for path in (stage / "node" / "heartbeat-with-lease").glob("*.yaml")
+            if path.name != "kustomization.yaml"
+        ),
+        stage / "pod" / "fast" / "pod-ready.yaml",
+        stage / "pod" / "fast" / "pod-complete.yaml",
+        stage / "pod" / "fast" / "pod-delete.yaml",
+    ]
+
+
+class Environment:
+    def __init__(self, root: Path, device_plugin: str = "gpustack", crossplane: str = "CROSSPLANE"):
+        self.root = root
+        self.device_plugin = device_plugin
+        self.crossplane_pin = crossplane
+        self.plane = ControlPlane(root, kwok_stages())
+        self.kubectl = Kubectl(self.plane.kubeconfig)
+        self.nodes: dict[str, SimulatedNode] = {}
+        self.stop_nodes = threading.Event()
+        self.node_errors: list[str] = []
+
+    @property
+    def legacy(self) -> bool:
+        return versions()[self.crossplane_pin].startswith("v1.")
+
+    # -- bring-up ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.plane.start()
+        self.install_nfd()
+        install.install_kueue(
+            self.plane, self.kubectl, COMPOSITIONS / "kueue" / f"{self.device_plugin}.yaml"
+        )
+        self.crossplane = Crossplane(self.plane, self.kubectl, self.crossplane_pin)
+        self.crossplane.install()
+        self.crossplane.install_function()
+        self.install_package_api()
+        self.api = Api(self.plane.kubeconfig)
+        self.plugins = plugins(self.api)
+
+    def install_nfd(self) -> None:
+        """NFD's release manifests (`deployment/overlays/default`) but its workloads: the
+        function's NodeFeatures stand for what nfd-worker would publish."""
+        source = module_dir("sigs.k8s.io/node-feature-discovery", versions()["NFD"])
+        objects = documents(Kubectl.kustomize(source / "deployment" / "overlays" / "default"))
+        self.kubectl.apply([o for o in objects if o["kind"] not in ("Deployment", "DaemonSet")])
+
+    def start_nfd_master(self, node: str) -> None:
+        """nfd-master as its Pod on `node`: it annotates the Node it runs on, and refuses to
+        start until that Node exists."""
+        if "nfd-master" in self.plane.processes:
+            return
+        kubeconfig = self.kubectl.token_kubeconfig(
+            self.root / "nfd-master.kubeconfig",
+            self.plane.server,
+            self.plane.ca.cert,
+            "nfd-master",
+            "node-feature-discovery",
+        )
+        port = free_port()
+        self.plane.run(
+            "nfd-master",
+            [
+                str(binary("nfd-master")),
+                f"-kubeconfig={kubeconfig}",
+                f"-port={port}",
+                "-config=/dev/null",
+            ],
+            env={
+                "NODE_NAME": node,
+                "POD_NAME": "nfd-master",
+                "POD_NAMESPACE": "node-feature-discovery",
+                "KUBERNETES_NAMESPACE": "node-feature-discovery",
+            },
+        )
+        self.plane.wait_healthy_http("nfd-master", port, "/healthz")
+
+    def install_package_api(self) -> None:
+        """README, "Install in a cluster", step 3 (on 1.x, the legacy set)."""
+        xrds = COMPOSITIONS / ("legacy/xrds" if self.legacy else "xrds")
+        pipelines = COMPOSITIONS / ("legacy/pipelines" if self.legacy else "pipelines")
+        self.kubectl("apply", "-f", str(COMPOSITIONS / "rbac"), "-f", str(xrds))
+        self.kubectl("wait", "xrd", "--all", "--for=condition=Established", "--timeout=600s")
+        self.kubectl("apply", "-f", str(pipelines))
+        agent = COMPOSITIONS / "agent"
+        for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
+            self.kubectl("apply", "-f", str(agent / name))
+        agent_objects = documents((agent / "serviceaccount.yaml").read_text())
+        account = agent_objects[0]["metadata"]
+        self.agent_kubeconfig = self.kubectl.token_kubeconfig(
+            self.root / "agent.kubeconfig",
+            self.plane.server,
+            self.plane.ca.cert,
+            account["name"],
+            account["namespace"],
+        )
+
+    # -- nodes -------------------------------------------------------------------------------
+    def register_nodes(self, nodes: list[dict[str, Any]], devices: list[dict[str, Any]]) -> None:
+        """Each Node as its kubelet registers it, with what the device plugin advertises for the
+        cards its Devices describes, and a simulated node whose agent writes the Devices."""
+        by_name = {d["metadata"]["name"]: d for d in devices}
+        plugin = self.plugins[self.device_plugin]
+        for node in nodes:
+            name = node["metadata"]["name"]
+            status = dict(node.get("status") or {})
+            status.pop("conditions", None)  # KWOK's node stage reports them
+            advertised = {
+                k: str(v) for k, v in plugin.advertise(node, cards_of(by_name.get(name))).items()
+            }
+            for key in ("capacity", "allocatable"):
+                status[key] = {**(status.get(key) or {}), **advertised}
+            body = {k: v for k, v in node.items() if k != "status"}
+            self.api.create(body)
+            self.api.patch_status("Node", name, "", status)
+        if nodes:
+            self.start_nfd_master(nodes[0]["metadata"]["name"])
+        for name, found in by_name.items():
+            self.nodes[name] = SimulatedNode(
+                name, found, self.root, self.api, self.agent_kubeconfig
+            )
+        threading.Thread(target=self.run_nodes, name="nodes", daemon=True).start()
+
+    def run_nodes(self) -> None:
+        while not self.stop_nodes.wait(NODE_PERIOD):
+            try:
+                plugin = self.plugins[kube.device_plugin(self.api)]
+                pods = self.api.list("Pod")
+                for node in list(self.nodes.values()):
+                    if self.api.get("Node", node.name) is None:
+                        continue  # its agent ran on the node
+                    node.sync(plugin, pods)
+                    node.agent.poll()
+            except Exception as error:  # a pass that failed is retried; the last reason is kept
+                self.node_errors = [f"{type(error).__name__}: {error}"]
+
+    def stop(self) -> None:
+        self.stop_nodes.set()
+        for node in self.nodes.values():
+            node.stop()
+        self.plane.stop()
+
+
+@contextlib.contextmanager
+def environment(
+    root: Path, device_plugin: str, crossplane: str = "CROSSPLANE"
+) -> Iterator[Environment]:
+    env = Environment(root, device_plugin, crossplane)
+    try:
+        env.start()
+        yield env
+    finally:
+        env.stop()
+
+
+def settle_devices(env: Environment, names: list[str]) -> None:
+    for name in names:
+        eventually(f"the agent's Devices {name}", lambda n=name: env.api.get("Devices", n))
