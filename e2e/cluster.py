@@ -254,44 +254,36 @@ class ControlPlane:
         )
         self.wait_healthy("kube-apiserver", self.apiserver_port, "/readyz")
 
-    def start_controller_manager(self) -> None:
+    def start_component(self, name: str, *flags: str) -> None:
+        """kube-controller-manager or kube-scheduler: the flags both take, then its own."""
         port = free_port()
         kubeconfig_path = str(self.kubeconfig)
         self.run(
-            "kube-controller-manager",
+            name,
             [
-                str(binary("kube-controller-manager")),
+                str(binary(name)),
                 f"--kubeconfig={kubeconfig_path}",
                 f"--authentication-kubeconfig={kubeconfig_path}",
                 f"--authorization-kubeconfig={kubeconfig_path}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 "--leader-elect=false",
-                f"--service-account-private-key-file={self.service_account.key}",
-                f"--root-ca-file={self.ca.cert}",
-                "--use-service-account-credentials=false",
                 "--profiling=false",
+                *flags,
             ],
         )
-        self.wait_healthy("kube-controller-manager", port)
+        self.wait_healthy(name, port)
+
+    def start_controller_manager(self) -> None:
+        self.start_component(
+            "kube-controller-manager",
+            f"--service-account-private-key-file={self.service_account.key}",
+            f"--root-ca-file={self.ca.cert}",
+            "--use-service-account-credentials=false",
+        )
 
     def start_scheduler(self) -> None:
-        port = free_port()
-        kubeconfig_path = str(self.kubeconfig)
-        self.run(
-            "kube-scheduler",
-            [
-                str(binary("kube-scheduler")),
-                f"--kubeconfig={kubeconfig_path}",
-                f"--authentication-kubeconfig={kubeconfig_path}",
-                f"--authorization-kubeconfig={kubeconfig_path}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ],
-        )
-        self.wait_healthy("kube-scheduler", port)
+        self.start_component("kube-scheduler")
 
     def start_kwok(self) -> None:
         port = free_port()
