@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format legacy kueue bench schemas clean package soak
+.PHONY: demo test lint format legacy kueue bench schemas clean package soak e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
@@ -30,6 +30,21 @@ format: $(STAMP)
 # The suite on every core (pytest-xdist; its tests are independent), the slowest listed.
 test: lint
 	$(BIN)/python -m pytest -q -n auto --durations=15
+
+# The real control plane (docs/e2e.md): upstream's components built from their Go modules into
+# a cache outside the repository (e2e/build.sh; cold about 50 minutes on 2 cores, warm nothing),
+# every example through the real `crossplane render`, then the scenarios of E2E_SCENARIOS on
+# kube-apiserver, Kueue and Crossplane 2.x, and the legacy set on Crossplane 1.x. Any table
+# that differs from its expected file fails it.
+E2E_SCENARIOS ?= examples/walkthrough/scenario.yaml
+E2E_LEGACY    ?= examples/walkthrough/scenario.yaml
+e2e: $(STAMP)
+	bash e2e/build.sh
+	$(BIN)/python -m e2e render
+	for scenario in $(E2E_SCENARIOS); do \
+	  $(BIN)/python -m e2e play $$scenario || exit 1; done
+	for scenario in $(E2E_LEGACY); do \
+	  $(BIN)/python -m e2e play $$scenario --legacy || exit 1; done
 
 legacy: $(STAMP)
 	$(BIN)/python tools/legacy.py

@@ -1,5 +1,6 @@
 """`python -m e2e play SCENARIO [--expected FILE] [--legacy]`: a scenario on the real control
-plane (docs/e2e.md). Prints what each step prints; with `--expected`, a step that does not print
+plane (docs/e2e.md); `python -m e2e render`: every example through the real `crossplane render`
+(e2e/render.py). Prints what each step prints; with `--expected`, a step that does not print
 its block of that file fails the run with the difference, and the exit code is 1.
 
 The binaries come from `e2e/build.sh` (make e2e runs it first). Everything else lives in a
@@ -42,9 +43,18 @@ def setup(env: Environment, folder: Path):
     return apply
 
 
+def expected_of(scenario: Path) -> Path | None:
+    """The tables a scenario prints, beside it: scenario.yaml's expected.txt, scenario-X.yaml's
+    expected-X.txt (as the simulate tests find them)."""
+    suffix = scenario.stem.removeprefix("scenario")
+    found = scenario.with_name(f"expected{suffix}.txt")
+    return found if found.exists() else None
+
+
 def play(args: argparse.Namespace) -> int:
     path = Path(args.scenario).resolve()
-    expected = Path(args.expected).read_text() if args.expected else None
+    expected_file = Path(args.expected) if args.expected else expected_of(path)
+    expected = expected_file.read_text() if expected_file is not None else None
     objects = [
         o
         for name in scenario.load_plan(path).get("apply") or []
@@ -102,11 +112,21 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("play", help="play a scenario on the real control plane")
     run.add_argument("scenario")
-    run.add_argument("--expected", help="the tables each step must print (an expected.txt)")
+    run.add_argument(
+        "--expected",
+        help="the tables each step must print (default: the scenario's expected*.txt beside it)",
+    )
     run.add_argument("--legacy", action="store_true", help="Crossplane 1.x and the legacy set")
     run.add_argument("--root", help="the folder to run in (default: a new temporary one)")
     run.add_argument("--keep", action="store_true", help="keep the folder and its logs")
+    commands.add_parser(
+        "render", help="every example through crossplane render beside gpustack-fn render"
+    )
     args = parser.parse_args(argv)
+    if args.command == "render":
+        from e2e import render
+
+        return render.main()
     return play(args)
 
 

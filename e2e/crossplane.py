@@ -244,11 +244,14 @@ class Crossplane:
             NAMESPACE,
             *(f"--from-file={key}={folder / key}" for key in ("tls.crt", "tls.key", "ca.crt")),
         )
-        port = free_port()
+        port, metrics = free_port(), free_port()
         function = str(Path(sys.executable).parent / "function")
         self.plane.run(
-            "function", [function, f"--tls-certs-dir={folder}", f"--address=127.0.0.1:{port}"]
-        )
+            "function",
+            [function, f"--tls-certs-dir={folder}", f"--address=127.0.0.1:{port}",
+             f"--metrics-address=127.0.0.1:{metrics}"],
+        )  # fmt: skip
+        self.metrics_url = f"http://127.0.0.1:{metrics}/metrics"
         return f"dns:///localhost:{port}"
 
     def install_function(self) -> None:

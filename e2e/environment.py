@@ -143,7 +143,7 @@ class Environment:
         xrds = COMPOSITIONS / ("legacy/xrds" if self.legacy else "xrds")
         pipelines = COMPOSITIONS / ("legacy/pipelines" if self.legacy else "pipelines")
         self.kubectl("apply", "-f", str(COMPOSITIONS / "rbac"), "-f", str(xrds))
-        self.kubectl("wait", "xrd", "--all", "--for=condition=Established", "--timeout=600s")
+        self.kubectl.wait("condition=Established", ["xrd", "--all"])
         self.kubectl("apply", "-f", str(pipelines))
         agent = COMPOSITIONS / "agent"
         for name in ("namespace.yaml", "serviceaccount.yaml", "rbac.yaml"):
@@ -160,22 +160,11 @@ class Environment:
 
     # -- nodes -------------------------------------------------------------------------------
     def register_nodes(self, nodes: list[dict[str, Any]], devices: list[dict[str, Any]]) -> None:
-        """Each Node as its kubelet registers it, with what the device plugin advertises for the
-        cards its Devices describes, and a simulated node whose agent writes the Devices."""
+        """Each Node as its kubelet registers it, and a simulated node whose agent writes the
+        Devices."""
         by_name = {d["metadata"]["name"]: d for d in devices}
-        plugin = self.plugins[self.device_plugin]
         for node in nodes:
-            name = node["metadata"]["name"]
-            status = dict(node.get("status") or {})
-            status.pop("conditions", None)  # KWOK's node stage reports them
-            advertised = {
-                k: str(v) for k, v in plugin.advertise(node, cards_of(by_name.get(name))).items()
-            }
-            for key in ("capacity", "allocatable"):
-                status[key] = {**(status.get(key) or {}), **advertised}
-            body = {k: v for k, v in node.items() if k != "status"}
-            self.api.create(body)
-            self.api.patch_status("Node", name, "", status)
+            self.register_node(node, by_name.get(node["metadata"]["name"]))
         if nodes:
             self.start_nfd_master(nodes[0]["metadata"]["name"])
         for name, found in by_name.items():
@@ -183,6 +172,18 @@ class Environment:
                 name, found, self.root, self.api, self.agent_kubeconfig
             )
         threading.Thread(target=self.run_nodes, name="nodes", daemon=True).start()
+
+    def register_node(self, node: dict[str, Any], devices: dict[str, Any] | None) -> None:
+        """A Node as its kubelet registers it, with what the device plugin advertises for the
+        cards its Devices describes; KWOK then keeps it Ready."""
+        plugin = self.plugins[self.device_plugin]
+        status = dict(node.get("status") or {})
+        status.pop("conditions", None)  # KWOK's node stage reports them
+        advertised = {k: str(v) for k, v in plugin.advertise(node, cards_of(devices)).items()}
+        for key in ("capacity", "allocatable"):
+            status[key] = {**(status.get(key) or {}), **advertised}
+        self.api.create({k: v for k, v in node.items() if k != "status"})
+        self.api.patch_status("Node", node["metadata"]["name"], "", status)
 
     def run_nodes(self) -> None:
         while not self.stop_nodes.wait(NODE_PERIOD):

@@ -34,7 +34,12 @@ class Kubectl:
         }
 
     def __call__(
-        self, *args: str, stdin: str | None = None, cwd: Path | None = None, check: bool = True
+        self,
+        *args: str,
+        stdin: str | None = None,
+        cwd: Path | None = None,
+        check: bool = True,
+        timeout: float = 300,
     ) -> str:
         done = subprocess.run(
             [self.path, *args],
@@ -43,7 +48,7 @@ class Kubectl:
             text=True,
             cwd=cwd,
             env=self.env(),
-            timeout=300,
+            timeout=timeout,
         )
         if check and done.returncode != 0:
             raise KubectlFailed(f"kubectl {' '.join(args)}: {done.stderr.strip() or done.stdout}")
@@ -124,10 +129,22 @@ class Kubectl:
         return folder
 
     def wait(
-        self, condition: str, targets: Sequence[str], timeout: str = "600s", namespace: str = ""
+        self, condition: str, targets: Sequence[str], timeout: int = 600, namespace: str = ""
     ) -> None:
-        args = ["wait", f"--for={condition}", f"--timeout={timeout}", *targets]
-        self(*(args + (["-n", namespace] if namespace else [])))
+        """`kubectl wait`; when it times out, the error carries the targets' conditions."""
+        where = ["-n", namespace] if namespace else []
+        try:
+            self("wait", f"--for={condition}", f"--timeout={timeout}s", *targets, *where,
+                 timeout=timeout + 60)  # fmt: skip
+        except KubectlFailed as error:
+            found = yaml.safe_load(self("get", *targets, *where, "-o", "yaml", check=False))
+            conditions = {
+                (item.get("metadata") or {}).get("name"): (item.get("status") or {}).get(
+                    "conditions"
+                )
+                for item in (found or {}).get("items") or [found or {}]
+            }
+            raise KubectlFailed(f"{error}; their conditions: {json.dumps(conditions)}") from None
 
 
 def documents(text: str) -> list[dict[str, Any]]:

@@ -163,6 +163,12 @@ def simulate(scenario: Path, dump_to: Path | None) -> None:
     "-c", "--include-context", is_flag=True, help="Print the final context as kind: Context."
 )
 @click.option(
+    "-x",
+    "--include-full-xr",
+    is_flag=True,
+    help="Print the input XR's spec and metadata in the rendered XR (what validation needs).",
+)
+@click.option(
     "-o",
     "--observed-resources",
     type=click.Path(exists=True, path_type=Path),
@@ -197,6 +203,7 @@ def render_command(
     functions,
     include_function_results,
     include_context,
+    include_full_xr,
     observed_resources,
     required_resources,
     function_address,
@@ -232,6 +239,7 @@ def render_command(
                 required,
                 include_function_results,
                 include_context,
+                include_full_xr,
             )
     except render.PipelineFailed as failed:
         raise BadInput(_at_the_field(composite, str(failed))) from None

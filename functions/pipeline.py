@@ -203,19 +203,36 @@ def run_pipeline(
     return rsp, results
 
 
-def composite_conditions(rsp: fnv1.RunFunctionResponse) -> list[dict[str, str]]:
+def first_names(names: list[str], shown: int = 3) -> str:
+    """crossplane-runtime's `StableNAndSomeMore`: sorted, the first `shown`, then how many
+    more; exactly `shown` names end ", and <last>"."""
+    names = sorted(names)
+    if len(names) > shown:
+        return f"{', '.join(names[:shown])}, and {len(names) - shown} more"
+    if len(names) == shown:
+        return f"{', '.join(names[:-1])}, and {names[-1]}"
+    return ", ".join(names)
+
+
+def composite_conditions(
+    rsp: fnv1.RunFunctionResponse, reconciler: bool = True
+) -> list[dict[str, str]]:
     """The XR conditions Crossplane derives from a final response: Ready from the composed
-    resources' readiness (or the composite's own), Synced, then the function's conditions."""
+    resources' readiness (the composite's own, when the function set it, supersedes it and
+    carries no message), Synced (the reconciler's, which `crossplane render` does not set),
+    then the function's conditions."""
     unready = sorted(n for n, r in rsp.desired.resources.items() if r.ready != fnv1.READY_TRUE)
     ready = not unready
-    if rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED:
+    explicit = rsp.desired.composite.ready != fnv1.READY_UNSPECIFIED
+    if explicit:
         ready = rsp.desired.composite.ready == fnv1.READY_TRUE
     conditions = [
-        {"type": "Ready", "status": str(ready), "reason": "Available" if ready else "Creating"},
-        {"type": "Synced", "status": "True", "reason": "ReconcileSuccess"},
+        {"type": "Ready", "status": str(ready), "reason": "Available" if ready else "Creating"}
     ]
-    if not ready and unready:
-        conditions[0]["message"] = f"Unready resources: {', '.join(unready)}"
+    if not explicit and unready:
+        conditions[0]["message"] = f"Unready resources: {first_names(unready)}"
+    if reconciler:
+        conditions.append({"type": "Synced", "status": "True", "reason": "ReconcileSuccess"})
     for condition in rsp.conditions:
         status = fnv1.Status.Name(condition.status).removeprefix("STATUS_CONDITION_").title()
         found = {"type": condition.type, "status": status, "reason": condition.reason}

@@ -203,6 +203,7 @@ def render_stream(
     required: Iterable[dict] = (),
     include_results: bool = False,
     include_context: bool = False,
+    include_full_xr: bool = False,
 ) -> list[dict]:
     """The documents `crossplane render` would print, in its order."""
     check(composite, composition)
@@ -218,6 +219,12 @@ def render_stream(
                 f"pipeline step {step!r} returned a fatal result: {result.message}"
             )
     out = [rendered_composite(composite, rsp)]
+    if include_full_xr:  # `-x`: the input's spec and metadata, as crossplane render copies them
+        out[0] = {
+            **out[0],
+            "metadata": composite.get("metadata", {}),
+            "spec": composite.get("spec"),
+        }
     for name in sorted(rsp.desired.resources):
         out.append(
             rendered_composed(
@@ -268,7 +275,7 @@ def rendered_composite(composite: dict, rsp: fnv1.RunFunctionResponse) -> dict:
     # Render pins transition times so its output is stable.
     conditions = [
         {**c, "lastTransitionTime": "2024-01-01T00:00:00Z"}
-        for c in pipeline.composite_conditions(rsp)
+        for c in pipeline.composite_conditions(rsp, reconciler=False)
     ]
     return {
         "apiVersion": composite["apiVersion"],

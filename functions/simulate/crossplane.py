@@ -303,7 +303,7 @@ class Crossplane:
         conditions = pipeline.composite_conditions(rsp)
         kube.set_conditions(composite, *(kube.condition(**_fields(c)) for c in conditions))
         if unsynced:  # reconciler.go: "Unsynced resources: " and the first three names
-            message = f"Unsynced resources: {first_names(unsynced)}"
+            message = f"Unsynced resources: {pipeline.first_names(unsynced)}"
             failed = kube.condition("Synced", "False", "ReconcileError", message)
             kube.set_conditions(composite, failed)
         self.api.update_status(composite)
@@ -419,14 +419,6 @@ class Crossplane:
     def _api_version(self, key: Key) -> str:
         found = self.api.get(key.kind, key.name, key.namespace)
         return found["apiVersion"] if found else ""
-
-
-def first_names(names: list[str], shown: int = 3) -> str:
-    """crossplane-runtime's `StableNAndSomeMore`: sorted, the first few, and how many more."""
-    names = sorted(names)
-    if len(names) <= shown:
-        return ", ".join(names)
-    return f"{', '.join(names[:shown])}, and {len(names) - shown} more"
 
 
 def _fields(condition: Mapping[str, str]) -> dict[str, str]:
