@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,11 @@ def signed(
     hosts: tuple[str, ...] = (),
 ) -> KeyPair:
     """A leaf certificate signed by `ca`: a server's when `hosts` are given, else a client's."""
-    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
+    with warnings.catch_warnings():
+        # Crossplane's root CA names its country "Earth", which cryptography warns is not a
+        # two-letter code: its subject is copied as the issuer, never judged.
+        warnings.simplefilter("ignore", UserWarning)
+        issuer = x509.load_pem_x509_certificate(ca.cert.read_bytes()).subject
     ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), None)
     key = ec.generate_private_key(ec.SECP256R1())
     names = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
@@ -99,7 +104,7 @@ def signed(
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH] + (
         [ExtendedKeyUsageOID.SERVER_AUTH] if hosts else []
     )
-    builder = _builder(x509.Name(names), ca_cert.subject, key.public_key()).add_extension(
+    builder = _builder(x509.Name(names), issuer, key.public_key()).add_extension(
         x509.ExtendedKeyUsage(usages), critical=False
     )
     if hosts:
