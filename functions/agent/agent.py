@@ -90,6 +90,9 @@ class Agent:
     # Each card as reported, and changes held; a placeholder identity is replaced at once.
     steady: Steady = field(default_factory=lambda: Steady(unknown=report.unidentified))
     cpu_facts: dict[str, str] = field(default_factory=dict)  # the CPU as last read
+    # The last poll's problems: one that lasts is logged once, when it appears (a node without
+    # NVML would otherwise say so on every poll, twice a second after an event).
+    problems: frozenset[str] = frozenset()
 
     def build(self) -> dict[str, Any]:
         """The Devices object as this node is now, each card as it has held for two polls."""
@@ -97,7 +100,9 @@ class Agent:
         accelerators = vendors_of(self.steady.settle(by_key(reading.vendors)))
         self.metrics.nvml_read(reading.available, len(reading.errors), cards(accelerators))
         for problem in reading.problems:
-            logging.get_logger().warning(problem, node=self.node)
+            if problem not in self.problems:
+                logging.get_logger().warning(problem, node=self.node)
+        self.problems = frozenset(reading.problems)
         pods = {
             f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
             for p in self.kube.pods_on(self.node)
