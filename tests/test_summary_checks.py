@@ -17,8 +17,8 @@ import json
 import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from functions.core import reasons
 from functions.core.status import summary as node_summary
-from functions.handlers.inputs import NEWER_SUMMARY
 from functions.server import INLINE_MAX_BYTES, serve_bytes
 from functions.views import StructView
 from tests.support import load
@@ -110,7 +110,7 @@ def test_a_summary_of_a_newer_release_is_read_and_named(nodes):
     status, results = served(nodes, summary_changed(v=99))
     assert status["nodes"] == nodes  # by the figures this release knows, which keep their places
     (warning,) = [r for r in results if r.severity == fnv1.SEVERITY_WARNING]
-    assert warning.reason == NEWER_SUMMARY
+    assert warning.reason == reasons.NODE_SUMMARY_NEWER
     assert warning.message.startswith(
         f"node summaries of {BROKEN} are version 99, newer than this release reads "
         f"({node_summary.VERSION}): read by the figures it knows"

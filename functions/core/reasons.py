@@ -64,6 +64,7 @@ ALLOCATION_CONFLICT = "AllocationConflict"  # Devices: an observed allocation th
 NODE_LEFT_OUT = "NodeLeftOut"  # Devices: the device plugin cannot serve the node as claims ask
 UNREADABLE_OBJECT = "UnreadableObject"  # a required object skipped: its kind, name and field
 NODE_SUMMARIES_MISSING = "NodeSummariesMissing"  # a pool kept what it composed: no summary yet
+NODE_SUMMARY_NEWER = "NodeSummaryNewer"  # a pool read a newer release's summaries by what it knows
 VM_NODES_UNSELECTED = "VMNodesUnselected"  # a GPUClass reads many Nodes that serve no VM
 VM_NODE_STATES_MISSING = "VMNodeStatesMissing"  # a GPUClass kept its counts: no VM node state yet
 INVALID_GPU_CLASS = "InvalidGPUClass"  # GPUClass: a field the XRD refuses (Fatal, offline too)

@@ -109,12 +109,8 @@ def newer_summaries(desired: Desired, summaries: Sequence[NodeSummary]) -> None:
         f"node summaries of {shown} are version {', '.join(map(str, versions))}, newer than "
         f"this release reads ({node_summary.VERSION}): read by the figures it knows — upgrade "
         "function-gpustack so every replica runs the same release",
-        NEWER_SUMMARY,
+        reasons.NODE_SUMMARY_NEWER,
     )
-
-
-# A result reason, beside functions/core/reasons.py's: a newer release's node summaries read.
-NEWER_SUMMARY = "NodeSummaryNewer"
 
 
 _NODE = operator.attrgetter("node")
