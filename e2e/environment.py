@@ -182,8 +182,9 @@ class Environment:
         advertised = {k: str(v) for k, v in plugin.advertise(node, cards_of(devices)).items()}
         for key in ("capacity", "allocatable"):
             status[key] = {**(status.get(key) or {}), **advertised}
-        self.api.create({k: v for k, v in node.items() if k != "status"})
-        self.api.patch_status("Node", node["metadata"]["name"], "", status)
+        # Created with its status, as a kubelet registers: KWOK gives a Node it sees without
+        # capacity its own (1k CPUs), and a status written after the create came too late.
+        self.api.create({**node, "status": status})
 
     def run_nodes(self) -> None:
         while not self.stop_nodes.wait(NODE_PERIOD):
