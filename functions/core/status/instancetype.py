@@ -78,7 +78,6 @@ def write(
         "acceleratorSliced": accelerators.sliced.as_status(),
         "acceleratorPartitioned": accelerators.partitioned.as_status(),
         "nodes": len(views.members),
-        "detail": dict(detail),
         "offers": offers.as_status(),
         "display": {
             "unit": unit,
@@ -86,6 +85,9 @@ def write(
             "cpu": views.cpu.display,
         },
     }
+    if detail:  # absent rather than `{}`: once it had fields, server-side apply stores `{}` as
+        # null, which the schema refuses, and every later status write fails (kubernetes#104694)
+        status["detail"] = dict(detail)
     if not acceleratable:
         status["cpu"] = views.cpu.as_status()
     if message:
@@ -127,7 +129,8 @@ def offers(pool: PoolKey, views: PoolViews, dialect: Dialect = DEFAULT_DIALECT) 
 
 
 def detail(pool: PoolKey, views: PoolViews) -> dict[str, Any]:
-    """The observed hardware behind the pool, as the walkthrough shows it (empty: no node).
+    """The observed hardware behind the pool, as the walkthrough shows it (empty: no node, and
+    then `status.detail` is left out).
 
     Descriptors come from the first covered node; whether the pool slices logically or
     physically comes from every node's counts (a pool may mix MIG and whole cards).
