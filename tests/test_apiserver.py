@@ -29,7 +29,7 @@ WALKTHROUGH = ROOT / "examples" / "walkthrough"
 REPOINTED_TYPE = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"  # walkthrough §5
 WALKTHROUGH_5_PATCH = {"spec": {"type": REPOINTED_TYPE, "stop": False}}
 RULES_NOT_CHECKED = (
-    '<nil>: Invalid value: "null": some validation rules were not checked because the object '
+    '<nil>: Invalid value: null: some validation rules were not checked because the object '
     "was invalid; correct the existing errors to complete validation"
 )
 
@@ -266,7 +266,7 @@ CASES = [
     Case(
         "a flavor toleration's effect is a taint's",
         write=catalog(acceleratedFlavorTolerations=[{"key": "dedicated", "effect": "NoEntry"}]),
-        refused='[spec.acceleratedFlavorTolerations[0].effect: Unsupported value: "NoEntry": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute", <nil>: Invalid value: "null": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]',
+        refused='[spec.acceleratedFlavorTolerations[0].effect: Unsupported value: "NoEntry": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]',
         valid=catalog(acceleratedFlavorTolerations=[{"key": "dedicated", "effect": "NoSchedule"}]),
     ),
     Case(
@@ -357,7 +357,7 @@ def test_the_status_write_stores_only_the_status_and_validates_it():
         api.update_status({**instance(), "status": {"stoppedGeneration": "two"}})
     assert str(refused.value) == (
         'Instance.worker.gpustack.ai "custom-demo" is invalid: [status.stoppedGeneration: '
-        'Invalid value: "string": status.stoppedGeneration in body must be of type integer: "string", '
+        'Invalid value: "string": stoppedGeneration in body must be of type integer: "string", '
         f"{RULES_NOT_CHECKED}]"
     )
 

@@ -299,6 +299,39 @@ def test_a_composed_field_the_schema_lacks_fails_the_apply_not_pruned():
     assert "spec.unitResourcez: Forbidden: field not declared in schema" in first
 
 
+def test_a_status_map_a_function_empties_is_stored_as_null_and_refused():
+    """Crossplane 2.x server-side applies the composite's status: a map whose fields the
+    function set before and sends as `{}` now is stored as null (kubernetes#104694), which a
+    non-nullable object refuses. The status stays as it was, whatever the function computed,
+    and a Warning says why. The real control plane found our pools' `status.detail` so: a pool
+    whose last node left kept showing its card (docs/e2e.md)."""
+    empty = {"detail": False}
+
+    def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+        rsp = run_function(req)
+        if empty["detail"] and req.observed.composite.resource["kind"] == "InstanceType":
+            rsp.desired.composite.resource["status"]["detail"] = {}
+            rsp.desired.composite.resource["status"]["phaseMessage"] = "computed, never shown"
+        return rsp
+
+    world = world_from([WALKTHROUGH / name for name in CLUSTER], run)
+    world.reconcile()
+    name = "gpustack--nvidia-a10g-linux-amd64"
+    before = world.get("InstanceType", name)["status"]
+    assert before["detail"]["product"] == "NVIDIA-A10G"
+    empty["detail"] = True
+    world.crossplane.poll()
+    world.reconcile()
+    assert world.get("InstanceType", name)["status"] == before
+    assert world.crossplane.events[Key("InstanceType", "", name)][-1] == (
+        "Warning ComposeResources: cannot compose resources: cannot apply composite resource "
+        f'status: InstanceType.worker.gpustack.ai "{name}" is invalid: [status.detail: Invalid '
+        'value: "null": detail in body must be of type object: "null", <nil>: Invalid value: '
+        "null: some validation rules were not checked because the object was invalid; correct "
+        "the existing errors to complete validation]"
+    )
+
+
 # --- the requirements loop, as Crossplane's FetchingFunctionRunner runs each step ---------------
 
 

@@ -45,6 +45,7 @@ from functions.simulate import kube
 from functions.simulate.apiserver import INVALID, Refused
 from functions.simulate.client import Client
 from functions.simulate.store import Key, copy_of
+from functions.simulate.validation import EMPTIED
 from functions.views import StructView
 
 COMPOSITE = "crossplane.io/composite"
@@ -198,6 +199,7 @@ class Crossplane:
         self.owned: dict[Key, dict[str, Key]] = {}
         self.uids: dict[Key, str] = {}  # the composite each entry of `owned` is of
         self.applied: dict[Key, dict[str, Any]] = {}  # what a composite last applied to each object
+        self.applied_status: dict[Key, dict[str, Any]] = {}  # each composite's, as last applied
         self.results: dict[Key, list[fnv1.Result]] = {}
         self.events: dict[Key, list[str]] = {}  # Crossplane's own Warning events, by composite
         self.structs = Structs()
@@ -269,6 +271,7 @@ class Crossplane:
             return
         if self.uids.get(key) != composite["metadata"].get("uid"):  # another composite: no refs
             self.owned[key], self.uids[key] = {}, composite["metadata"].get("uid")
+            self.applied_status.pop(key, None)
         owned = self.owned.setdefault(key, {})
         observed = {  # only read: turned into the request's Structs
             n: o for n, k in owned.items() if (o := self.api.peek(k.kind, k.name, k.namespace))
@@ -300,13 +303,26 @@ class Crossplane:
         kept = (composite.get("status") or {}).get("conditions") or []
         desired = StructView(rsp.desired.composite.resource).to_dict().get("status", {})
         composite["status"] = {**desired, "conditions": kept}
+        _mark_emptied(composite["status"], self.applied_status.get(key, {}), desired)
         conditions = pipeline.composite_conditions(rsp)
         kube.set_conditions(composite, *(kube.condition(**_fields(c)) for c in conditions))
         if unsynced:  # reconciler.go: "Unsynced resources: " and the first three names
             message = f"Unsynced resources: {pipeline.first_names(unsynced)}"
             failed = kube.condition("Synced", "False", "ReconcileError", message)
             kube.set_conditions(composite, failed)
-        self.api.update_status(composite)
+        try:
+            self.api.update_status(composite)  # server-side applied, as Crossplane 2.x does
+        except Refused as error:
+            if error.reason != INVALID:
+                raise
+            # composition_functions.go: the composed resources stay applied, the status is not
+            # written (the reconciler's own update of it fails too), and a Warning says why.
+            self.events.setdefault(key, []).append(
+                "Warning ComposeResources: cannot compose resources: cannot apply composite "
+                f"resource status: {error}"
+            )
+            return
+        self.applied_status[key] = desired
 
     def readable(self) -> list[dict[str, Any]]:
         return self.api.peek_all()  # only read: turned into the request's Structs
@@ -436,7 +452,9 @@ def _server_side_apply(
     """Fields this manager applied before but not now go; the rest of `existing` stays."""
     result = copy_of(dict(existing))
     _drop(result, previous, desired)
-    _merge(result, {k: v for k, v in desired.items() if k != "status"})
+    applied = {k: v for k, v in desired.items() if k != "status"}
+    _merge(result, applied)
+    _mark_emptied(result, previous, applied)
     references = {
         ref["uid"]: ref for ref in existing.get("metadata", {}).get("ownerReferences", [])
     }
@@ -456,6 +474,22 @@ def _drop(target: dict[str, Any], previous: Mapping[str, Any], desired: Mapping[
             and isinstance(target.get(key), dict)
         ):
             _drop(target[key], value, desired[key])
+
+
+def _mark_emptied(
+    target: dict[str, Any], previous: Mapping[str, Any], desired: Mapping[str, Any]
+) -> None:
+    """Where this manager applied a map with fields before and applies `{}` now, and no other
+    manager's field is left in it, server-side apply stores null (validation.EMPTIED), which
+    the API server then checks against the schema."""
+    for key, value in desired.items():
+        before, now = previous.get(key), target.get(key)
+        if not isinstance(value, Mapping) or not isinstance(before, Mapping):
+            continue
+        if not value and before and now == {}:
+            target[key] = EMPTIED
+        elif isinstance(now, dict):
+            _mark_emptied(now, before, value)
 
 
 def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:

@@ -5,6 +5,7 @@ finds for it, this module decides:
 
 - What gets stored (`check`): unknown fields pruned (a warning, as the API server sends) or, under
   Strict field validation, refused; nulls of non-nullable fields dropped; a CRD's defaults applied.
+  A map server-side apply emptied (`EMPTIED`) is the exception: stored as null, and checked.
 - What refuses it: the structural schema (types, enums, formats, bounds, lengths, counts,
   patterns, required fields, list-type invariants), ObjectMeta's rules, and every
   `x-kubernetes-validations` CEL rule, transition rules (`oldSelf`) only where the old value exists.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import dataclasses
 import functools
 import hashlib
 import ipaddress
@@ -54,6 +56,22 @@ except ImportError as missing:  # the simulator's extra, not the served function
 _OMITTED = object()
 
 
+class _Emptied:
+    """A map server-side apply emptied: the applier had set its every field before and applies
+    it as `{}` now, so structured-merge-diff removes them and stores the map as null
+    (kubernetes/kubernetes#104694, #135841). Unlike a null sent in a request, that null is not
+    dropped: a non-nullable `type: object` refuses it ("must be of type object: "null"")."""
+
+    def __repr__(self) -> str:
+        return "EMPTIED"
+
+    def __deepcopy__(self, memo: dict) -> _Emptied:  # one of it: copies of a write keep it
+        return self
+
+
+EMPTIED = _Emptied()
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One field's error; `str()` is the API server's `path: Type: value: detail`."""
@@ -71,7 +89,7 @@ class FieldError:
 
 
 def _shown(value: Any) -> str:
-    return json.dumps("null" if value is None else value, separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":"))  # a null as kube-apiserver 1.37: null
 
 
 def invalid(path: str, value: Any, detail: str) -> FieldError:
@@ -151,6 +169,8 @@ class _Walk:
         self.unknown: list[str] = []  # the paths of the fields pruned
 
     def value(self, schema: Mapping[str, Any], value: Any, path: str) -> Any:
+        if value is EMPTIED:  # checked as the null it is stored as
+            value = None
         schema = self.kind.resolve(schema)
         allowed = _allowed_types(schema)
         if allowed is not None and _json_type(value) not in allowed:
@@ -171,14 +191,14 @@ class _Walk:
         for key, item in value.items():
             declared = properties.get(key, extra if isinstance(extra, dict) else None)
             if _passes_through(schema, key, path):
-                kept[key] = item
+                kept[key] = None if item is EMPTIED else item
             elif declared is not None:
                 if item is None and not _nullable(self.kind.resolve(declared)):
                     continue  # the API server drops nulls of non-nullable fields
                 where = _child(path, key) if key in properties else f"{path}[{key}]"
                 kept[key] = self.value(declared, item, where)
             elif self._keeps_unknown(schema, extra):
-                kept[key] = item
+                kept[key] = None if item is EMPTIED else item
             else:
                 self._unknown(_child(path, key))
         self._default(properties, kept, path)
@@ -866,6 +886,7 @@ def _check(
         stored = dict(obj)
         if "status" in obj:
             stored["status"] = walk.value(status_schema, obj["status"], "status")
+        walk.errors = [_in_status_body(error) for error in walk.errors]
     else:
         stored = walk.value(kind.root, obj, "")
         unknown_meta = _prune_metadata(stored)
@@ -880,6 +901,16 @@ def _check(
         errors = errors + _cel_errors(kind, stored, old, errors, status_only)
     unknown = unknown_meta + sorted(walk.unknown)
     return Checked(stored, tuple(errors), tuple(unknown))
+
+
+def _in_status_body(error: FieldError) -> FieldError:
+    """The status subresource's schema is checked with the status as the body: an error names
+    the field from the object (`status.detail`), its wording from the status (`detail in
+    body must be …`), as kube-apiserver prints it."""
+    path = error.path
+    inner = path.removeprefix("status.") if path != "status" else ""
+    detail = error.detail.replace(f"{path} in body", _in_body(inner), 1)
+    return dataclasses.replace(error, detail=detail)
 
 
 def _prune_metadata(stored: dict[str, Any]) -> list[str]:
