@@ -164,7 +164,7 @@ CASES = [
     Case(
         "an Instance names its image",
         write=instance(image=None),
-        refused="spec.image: Required value",
+        refused=f"[spec.image: Required value, {RULES_NOT_CHECKED}]",
         valid=instance(),
     ),
     Case(
@@ -178,7 +178,7 @@ CASES = [
     Case(
         "a GPUClass display name is at most 128 characters",
         write=gpu_class(displayName="x" * 129),
-        refused="spec.displayName: Too long: may not be more than 128 bytes",
+        refused=f"[spec.displayName: Too long: may not be more than 128 bytes, {RULES_NOT_CHECKED}]",
         valid=gpu_class(displayName="x" * 128),
     ),
     Case(
@@ -212,18 +212,11 @@ CASES = [
         valid=instance_type(acceleratorGroup="nvidia-a10g"),
     ),
     Case(
-        "a root XR labelled with its own name must fit a label value; a nested one carries its root's",
-        write={
-            **instance_type(),
-            "metadata": {"name": LONG_TYPE, "labels": {"crossplane.io/composite": LONG_TYPE}},
-        },
-        refused='metadata.labels: Invalid value: "'
-        + LONG_TYPE
-        + '": must be no more than 63 characters',
-        valid={
-            **instance_type(),
-            "metadata": {"name": LONG_TYPE, "labels": {"crossplane.io/composite": "default"}},
-        },
+        "a composite's name fits a label value: Crossplane's CRD says so, since what it composes "
+        "carries the name as one (the real control plane refused the seed's aware T4 pool so)",
+        write={**instance_type(), "metadata": {"name": LONG_TYPE}},
+        refused=f"[metadata.name: Too long: may not be more than 63 bytes, {RULES_NOT_CHECKED}]",
+        valid={**instance_type(), "metadata": {"name": LONG_TYPE[:63]}},
     ),
     Case(
         "the Catalog's vmNodeSelector keys are label keys",
@@ -272,7 +265,7 @@ CASES = [
     Case(
         "a flavor takes at most seven tolerations of the Catalog's (Kueue allows it eight)",
         write=catalog(acceleratedFlavorTolerations=[{"key": f"k{i}"} for i in range(8)]),
-        refused="spec.acceleratedFlavorTolerations: Too many: 8: must have at most 7 items",
+        refused=f"[spec.acceleratedFlavorTolerations: Too many: 8: must have at most 7 items, {RULES_NOT_CHECKED}]",
         valid=catalog(acceleratedFlavorTolerations=[{"key": f"k{i}"} for i in range(7)]),
     ),
     Case(

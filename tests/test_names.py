@@ -147,6 +147,41 @@ def test_flavor_and_pool_names():
 
 
 @pytest.mark.parametrize(
+    ("name", "fitted"),
+    [
+        # 63 characters fit as they are
+        ("gpustack--" + "x" * 53, "gpustack--" + "x" * 53),
+        # walkthrough §5's aware T4 pool (65): its first 46 characters and its whole name's hash
+        (
+            "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64",
+            "gpustack--intel-xeon-platinum-8259cl--nvidia-t-5b59e508edc027b7",
+        ),
+        # a cut that ends on a separator drops it, as a DNS label must not hold "--" before "-"
+        ("gpustack--" + "a" * 35 + "--nvidia-h100-linux-amd64", None),
+    ],
+)
+def test_a_name_longer_than_a_composite_may_be_keeps_its_start_and_its_hash(name, fitted):
+    """Crossplane allows a composite 63 characters: what it composes carries the name as a
+    label value (the real control plane refused the 65-character aware T4 pool)."""
+    found = names.fitted(name)
+    assert len(found) <= 63
+    assert found == (fitted or found)
+    if len(name) > 63:
+        assert found.endswith(f"-{names.fnv1a64(name.encode()):016x}")
+        assert name.startswith(found[:-17].rstrip("-"))
+        assert "--" not in found[-18:]
+
+
+def test_long_pool_and_catalog_names_are_fitted():
+    g_key, a_key = "intel-xeon-platinum-8259cl", "nvidia-tesla-t4"
+    assert names.pool_name("linux", "amd64", a_key, g_key) == (
+        "gpustack--intel-xeon-platinum-8259cl--nvidia-t-5b59e508edc027b7"
+    )
+    long_cpu = "intel-xeon-platinum-8480c-and-many-more-words-to-say"
+    assert len(names.catalog_flavor_name(a_key, long_cpu)) == 63
+
+
+@pytest.mark.parametrize(
     ("compute_capability", "family"),
     [
         ("8.6", "Ampere"),

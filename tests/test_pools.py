@@ -26,6 +26,7 @@ A10G, T4, GENERIC = (
     "gpustack--generic-linux-amd64",
 )
 AWARE_A10G = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"
+AWARE_T4 = "gpustack--intel-xeon-platinum-8259cl--nvidia-t-5b59e508edc027b7"  # fitted to 63
 A10G_CARD = "GPU-e0587d2e-127c-4fb8-e2c1-6e517529f575"
 
 
@@ -352,10 +353,7 @@ AWARE_ROWS = {
     "gpustack--amd-epyc-7r13-linux-amd64": ("0/0 0/0 0/0 0/0", "16/16"),
     AWARE_A10G: ("1/1 1/10 100/100 0/0", "0/0"),
     "gpustack--amd-epyc-7r32-linux-amd64": ("0/0 0/0 0/0 0/0", "4/4"),
-    "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64": (
-        "4/5 4/50 100/500 0/0",
-        "0/0",
-    ),
+    AWARE_T4: ("4/5 4/50 100/500 0/0", "0/0"),
     "gpustack--intel-xeon-platinum-8259cl-linux-amd64": ("0/0 0/0 0/0 0/0", "48/52"),
 }
 

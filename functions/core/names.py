@@ -92,22 +92,38 @@ def flavor_name(g_key: str, os: str, arch: str, count: int, a_key: str | None = 
 
 
 def pool_name(os: str, arch: str, a_key: str | None = None, g_key: str | None = None) -> str:
-    """InstanceType / ClusterQueue name of a pool.
+    """InstanceType / ClusterQueue name of a pool, fitted to a composite's name (`fitted`).
 
     `g_key` is None when pools are collapsed (awareness off): `gpustack--generic-linux-amd64`,
     `gpustack--nvidia-a10g-linux-amd64`; with awareness: `gpustack--amd-epyc-7r13-linux-amd64`,
     `gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64`.
     """
     if a_key and g_key:
-        return f"gpustack--{g_key}--{a_key}-{os}-{arch}"
-    return f"gpustack--{a_key or g_key or GENERIC}-{os}-{arch}"
+        return fitted(f"gpustack--{g_key}--{a_key}-{os}-{arch}")
+    return fitted(f"gpustack--{a_key or g_key or GENERIC}-{os}-{arch}")
 
 
 def catalog_flavor_name(a_key: str | None = None, g_key: str | None = None) -> str:
     """InstanceTypeFlavor name: `gpustack--nvidia-a10g`, `gpustack--generic`, `gpustack--amd-epyc-7r32`."""
     if a_key and g_key:
-        return f"gpustack--{g_key}--{a_key}"
-    return f"gpustack--{a_key or g_key or GENERIC}"
+        return fitted(f"gpustack--{g_key}--{a_key}")
+    return fitted(f"gpustack--{a_key or g_key or GENERIC}")
+
+
+# Crossplane's limit on a composite's name, which its composed objects carry as a label value
+# (internal/xcrd: the CRD it generates sets `metadata.name` maxLength 63).
+COMPOSITE_NAME_MAX = LABEL_MAX
+DIGEST_DIGITS = 16
+
+
+def fitted(name: str, limit: int = COMPOSITE_NAME_MAX) -> str:
+    """`name`, or where it is longer than `limit`, its start and its FNV-1a-64 hash: two long
+    names never share one, and the start still says which pool it is (an aware T4 pool on a
+    Xeon Platinum: `gpustack--intel-xeon-platinum-8259cl--nvidia-t-<16 hex digits>`)."""
+    if len(name) <= limit:
+        return name
+    digest = f"{fnv1a64(name.encode()):0{DIGEST_DIGITS}x}"
+    return f"{name[: limit - DIGEST_DIGITS - 1].rstrip(_SEPARATORS)}-{digest}"
 
 
 FNV_OFFSET = 0xCBF29CE484222325

@@ -217,6 +217,7 @@ def _core_kind(api_version: str, kind: str) -> KindSchema | None:
 # Crossplane's bookkeeping under spec (crossplane-runtime xcrd): written by Crossplane, not tenants;
 # the simulator keeps it opaque rather than re-deriving Crossplane's own schema for it.
 _OPAQUE = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+COMPOSITE_NAME_MAX = 63  # internal/xcrd: maxCompositeNameLength and maxClaimNameLength
 _LEGACY_XR_SPEC = ("compositionRef", "compositionSelector", "compositionRevisionRef",
                    "compositionRevisionSelector", "compositionUpdatePolicy", "resourceRefs",
                    "claimRef", "writeConnectionSecretToRef")  # fmt: skip
@@ -249,9 +250,9 @@ def xrd_crd_schema(
     """The openAPIV3Schema of the CRD Crossplane generates from one version of an XRD.
 
     Crossplane keeps only spec's and status's fields, required lists and rules, adds its own
-    fields and requires `spec`; `metadata` is left to the API server (so a name may be 253
-    characters — a root composite longer than 63 fails later, when Crossplane labels it with
-    its own name: crossplane.io/composite is a label value). Root-level
+    fields and requires `spec`; of `metadata` it declares only the name, at most 63 characters
+    (or the XRD's own smaller maxLength), since composed objects carry it as a label value
+    (internal/xcrd, genCrdVersion; the same on 1.x). Root-level
     rules are copied from Crossplane v2.2.0 on (crossplane PR #7018); `root_rules=False` is
     Crossplane 1.x, which drops them."""
     source = next(v for v in xrd["spec"]["versions"] if v["name"] == version)["schema"]
@@ -263,7 +264,10 @@ def xrd_crd_schema(
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": _name_limit(source)}},
+            },
             "spec": _section(sections.get("spec", {}), _spec_fields(xrd, claim)),
             "status": _section(sections.get("status", {}), _status_fields(xrd, claim)),
         },
@@ -271,6 +275,12 @@ def xrd_crd_schema(
     if root_rules and "x-kubernetes-validations" in source:
         root["x-kubernetes-validations"] = copy.deepcopy(source["x-kubernetes-validations"])
     return root
+
+
+def _name_limit(source: Mapping[str, Any]) -> int:
+    declared = source.get("properties", {}).get("metadata", {}).get("properties", {})
+    own = declared.get("name", {}).get("maxLength")
+    return min(own, COMPOSITE_NAME_MAX) if own is not None else COMPOSITE_NAME_MAX
 
 
 def _section(source: Mapping[str, Any], added: dict) -> dict:

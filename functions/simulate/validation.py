@@ -54,6 +54,9 @@ except ImportError as missing:  # the simulator's extra, not the served function
 # --- errors, as kube-apiserver words them ---------------------------------------------------
 
 _OMITTED = object()
+# The error types after which the CEL rules are not run (the real control plane refused a
+# composite's too-long name so: "Too long", then "some validation rules were not checked").
+BLOCKING = frozenset({"Unsupported value", "Required value", "Too long", "Too many"})
 
 
 class _Emptied:
@@ -80,8 +83,13 @@ class FieldError:
     type: str
     detail: str = ""
     value: Any = _OMITTED
-    # A wrong type or an unsupported enum value stops the CEL rules (they assume the schema holds).
+    # A wrong type stops the CEL rules (they assume the schema holds); so do the errors of the
+    # types `BLOCKING` names (apiextensions' hasBlockingErr).
     blocks_rules: bool = field(default=False, compare=False)
+
+    @property
+    def blocking(self) -> bool:
+        return self.blocks_rules or self.type in BLOCKING
 
     def __str__(self) -> str:
         body = self.type if self.value is _OMITTED else f"{self.type}: {_shown(self.value)}"
@@ -116,7 +124,7 @@ def _wrong_type(path: str, actual: str, schema: Mapping[str, Any]) -> FieldError
 
 def _not_supported(path: str, value: Any, allowed: list) -> FieldError:
     detail = "supported values: " + ", ".join(_shown(v) for v in allowed)
-    return FieldError(path, "Unsupported value", detail, value, blocks_rules=True)
+    return FieldError(path, "Unsupported value", detail, value)
 
 
 RULES_NOT_CHECKED = invalid(
@@ -937,9 +945,16 @@ def _root_metadata_errors(kind: KindSchema, metadata: Any) -> list[FieldError]:
 def _cel_errors(
     kind: KindSchema, stored: dict, old: Mapping[str, Any] | None, errors: list, status_only: bool
 ) -> list[FieldError]:
-    if any(error.blocks_rules for error in errors):
-        return [RULES_NOT_CHECKED]
+    if any(error.blocking for error in errors):  # said only where there are rules to skip
+        return [RULES_NOT_CHECKED] if _has_rules(json.dumps(kind.root, sort_keys=True)) else []
     return _rule_errors(kind.root, stored, old, "", only="status" if status_only else None)
+
+
+@functools.cache
+def _has_rules(schema: str) -> bool:
+    """Whether a schema (as JSON) declares any CEL rule: the API server has a CEL validator for
+    the kind only then, and says what it did not check only then."""
+    return '"x-kubernetes-validations"' in schema
 
 
 # --- what a schema declares ------------------------------------------------------------------
