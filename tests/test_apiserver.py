@@ -29,7 +29,7 @@ WALKTHROUGH = ROOT / "examples" / "walkthrough"
 REPOINTED_TYPE = "gpustack--amd-epyc-7r32--nvidia-a10g-linux-amd64"  # walkthrough §5
 WALKTHROUGH_5_PATCH = {"spec": {"type": REPOINTED_TYPE, "stop": False}}
 RULES_NOT_CHECKED = (
-    '<nil>: Invalid value: null: some validation rules were not checked because the object '
+    "<nil>: Invalid value: null: some validation rules were not checked because the object "
     "was invalid; correct the existing errors to complete validation"
 )
 
