@@ -13,6 +13,7 @@ Crossplane's own CA, and its revision's endpoint names that server.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -138,6 +139,8 @@ class Crossplane:
         args = [self.binary, *container.get("args", [])]
         if name == "crossplane":
             args += ["--package-runtime=Function=External"]
+            if os.environ.get("E2E_CROSSPLANE_DEBUG"):  # every reconcile in logs/crossplane.log
+                args += ["--debug"]
         process = self.plane.run(name, args, env)
         if once:
             # An init container that fails is restarted by the kubelet: `core init` fails while

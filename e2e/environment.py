@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from e2e import install
+from e2e import install, provisioner
 from e2e.api import Api
 from e2e.binaries import binary, module_dir, versions
 from e2e.cluster import ControlPlane, free_port
@@ -196,6 +196,7 @@ class Environment:
                         continue  # its agent ran on the node
                     node.sync(plugin, pods)
                     node.agent.poll()
+                provisioner.provision(self.api)
             except Exception as error:  # a pass that failed is retried; the last reason is kept
                 self.node_errors = [f"{type(error).__name__}: {error}"]
 
