@@ -32,14 +32,13 @@ test: lint
 	$(BIN)/python -m pytest -q -n auto --durations=15
 
 # The real control plane (docs/e2e.md): upstream's components built from their Go modules into
-# a cache outside the repository (e2e/build.sh; cold about 50 minutes on 2 cores, warm nothing),
-# every example through the real `crossplane render`, then the scenarios of E2E_SCENARIOS on
-# kube-apiserver, Kueue and Crossplane 2.x, and the legacy set on Crossplane 1.x. Any table
-# that differs from its expected file fails it. The scenarios are empty by default until the
-# walkthrough's step 2 passes on the real control plane (docs/e2e.md, the open finding):
-# E2E_SCENARIOS=examples/walkthrough/scenario.yaml make e2e plays it.
-E2E_SCENARIOS ?=
-E2E_LEGACY    ?=
+# a cache outside the repository (e2e/build.sh; cold about 35-50 minutes on 2 cores, warm
+# nothing), every example through the real `crossplane render`, then the scenarios of
+# E2E_SCENARIOS on kube-apiserver, Kueue and Crossplane 2.x, and those of E2E_LEGACY with the
+# legacy set (v1 XRDs, claims). Any table that differs from its expected file fails it.
+# One scenario: E2E_SCENARIOS=examples/node-loss/scenario.yaml E2E_LEGACY= make e2e
+E2E_SCENARIOS ?= examples/walkthrough/scenario.yaml
+E2E_LEGACY    ?= examples/walkthrough/scenario.yaml
 e2e: $(STAMP)
 	bash e2e/build.sh
 	$(BIN)/python -m e2e render

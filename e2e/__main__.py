@@ -1,7 +1,8 @@
-"""`python -m e2e play SCENARIO [--expected FILE] [--legacy]`: a scenario on the real control
-plane (docs/e2e.md); `python -m e2e render`: every example through the real `crossplane render`
-(e2e/render.py). Prints what each step prints; with `--expected`, a step that does not print
-its block of that file fails the run with the difference, and the exit code is 1.
+"""`python -m e2e play SCENARIO [--expected FILE] [--legacy] [--crossplane-1x]`: a scenario on
+the real control plane (docs/e2e.md); `python -m e2e render`: every example through the real
+`crossplane render` (e2e/render.py). Prints what each step prints; with `--expected`, a step
+that does not print its block of that file fails the run with the difference, and the exit
+code is 1.
 
 The binaries come from `e2e/build.sh` (make e2e runs it first). Everything else lives in a
 temporary folder, removed at the end unless `--keep` is given (its logs then stay for reading).
@@ -63,9 +64,8 @@ def play(args: argparse.Namespace) -> int:
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="gpustack-e2e-"))
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    env = Environment(
-        root, device_plugin_of(objects), "CROSSPLANE_LEGACY" if args.legacy else "CROSSPLANE"
-    )
+    pin = "CROSSPLANE_LEGACY" if args.crossplane_1x else "CROSSPLANE"
+    env = Environment(root, device_plugin_of(objects), pin, legacy_set=args.legacy)
     failed = 0
     try:
         env.start()
@@ -116,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         "--expected",
         help="the tables each step must print (default: the scenario's expected*.txt beside it)",
     )
-    run.add_argument("--legacy", action="store_true", help="Crossplane 1.x and the legacy set")
+    run.add_argument("--legacy", action="store_true", help="the legacy set (v1 XRDs, claims)")
+    run.add_argument(
+        "--crossplane-1x",
+        action="store_true",
+        help="Crossplane 1.x (its XRs cannot reference namespaced objects: docs/e2e.md)",
+    )
     run.add_argument("--root", help="the folder to run in (default: a new temporary one)")
     run.add_argument("--keep", action="store_true", help="keep the folder and its logs")
     commands.add_parser(

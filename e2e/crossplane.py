@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -85,7 +86,10 @@ class Crossplane:
         core = deployments["crossplane"]["spec"]["template"]["spec"]
         crds = self.source / "cluster" / "crds"
         init = core["initContainers"][0]
-        self.run_container("crossplane-init", init, "crossplane", crds_path=crds, once=True)
+        jail = self.init_root(crds) if self.major < 2 else None
+        self.run_container(
+            "crossplane-init", init, "crossplane", crds_path=crds, once=True, jail=jail
+        )
         self.write_client_certs()
         self.run_container("crossplane", core["containers"][0], "crossplane")
         rbac = deployments.get("crossplane-rbac-manager")
@@ -100,6 +104,17 @@ class Crossplane:
             )
             self.run_container("crossplane-rbac-manager", spec["containers"][0], "rbac-manager")
 
+    def init_root(self, crds: Path) -> Path:
+        """Crossplane 1.x's `core init` reads its CRDs from /crds, where its image has them
+        (2.x takes CRDS_PATH): it runs chrooted into a folder holding its static binary, the
+        CRDs and the cluster's CA, rather than writing /crds on this machine."""
+        jail = self.root / "init-root"
+        shutil.copytree(crds, jail / "crds", dirs_exist_ok=True)
+        (jail / "bin").mkdir(exist_ok=True)
+        shutil.copy2(self.binary, jail / "bin" / "crossplane")
+        shutil.copy2(self.plane.ca.cert, jail / "ca.crt")
+        return jail
+
     def run_container(
         self,
         name: str,
@@ -107,11 +122,15 @@ class Crossplane:
         account: str,
         crds_path: Path | None = None,
         once: bool = False,
+        jail: Path | None = None,
     ) -> None:
-        """A container of the chart's Deployments, as a process: its args and plain env."""
+        """A container of the chart's Deployments, as a process: its args and plain env;
+        chrooted into `jail`, where given (init_root)."""
         env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
         env |= {"POD_NAMESPACE": NAMESPACE, "POD_SERVICE_ACCOUNT": account}
         env |= {"GOMAXPROCS": "2", "LEADER_ELECTION": "false"}
+        if jail is not None:  # 1.x's chart says ENABLE_WEBHOOKS=false, which `core start` reads
+            env["WEBHOOK_ENABLED"] = "false"  # and its `core init` does not (its name is this)
         ports = {
             "METRICS_PORT": free_port(),
             "HEALTH_PROBE_PORT": free_port(),
@@ -128,17 +147,20 @@ class Crossplane:
         env["TLS_SERVER_CERTS_DIR"] = str(self.root / "tls-server")
         if crds_path is not None:
             env["CRDS_PATH"] = str(crds_path)
-        kubeconfig = self.kubectl.token_kubeconfig(
-            self.root / f"{account}.kubeconfig",
-            self.plane.server,
-            self.plane.ca.cert,
-            account,
-            NAMESPACE,
+        folder, ca = (
+            (jail, Path("/ca.crt")) if jail is not None else (self.root, self.plane.ca.cert)
         )
-        env["KUBECONFIG"] = str(kubeconfig)
+        kubeconfig = self.kubectl.token_kubeconfig(
+            folder / f"{account}.kubeconfig", self.plane.server, ca, account, NAMESPACE
+        )
+        env["KUBECONFIG"] = str(kubeconfig) if jail is None else f"/{kubeconfig.name}"
         args = [self.binary, *container.get("args", [])]
+        if jail is not None:
+            args = ["chroot", str(jail), "/bin/crossplane", *container.get("args", [])]
         if name == "crossplane":
-            args += ["--package-runtime=Function=External"]
+            # 2.x takes a runtime per package kind; 1.x one for every package
+            runtime = "Function=External" if self.major >= 2 else "External"
+            args += [f"--package-runtime={runtime}"]
             if os.environ.get("E2E_CROSSPLANE_DEBUG"):  # every reconcile in logs/crossplane.log
                 args += ["--debug"]
         process = self.plane.run(name, args, env)

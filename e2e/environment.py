@@ -73,10 +73,19 @@ def kwok_stages() -> list[Path]:
 
 
 class Environment:
-    def __init__(self, root: Path, device_plugin: str = "gpustack", crossplane: str = "CROSSPLANE"):
+    def __init__(
+        self,
+        root: Path,
+        device_plugin: str = "gpustack",
+        crossplane: str = "CROSSPLANE",
+        legacy_set: bool | None = None,
+    ):
+        """`legacy_set`: the legacy set (v1 XRDs with claims) rather than the 2.x one; by
+        default, on Crossplane 1.x only."""
         self.root = root
         self.device_plugin = device_plugin
         self.crossplane_pin = crossplane
+        self.legacy_set = legacy_set
         self.plane = ControlPlane(root, kwok_stages())
         self.kubectl = Kubectl(self.plane.kubeconfig)
         self.nodes: dict[str, SimulatedNode] = {}
@@ -85,6 +94,8 @@ class Environment:
 
     @property
     def legacy(self) -> bool:
+        if self.legacy_set is not None:
+            return self.legacy_set
         return versions()[self.crossplane_pin].startswith("v1.")
 
     # -- bring-up ----------------------------------------------------------------------------

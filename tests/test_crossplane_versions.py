@@ -1,12 +1,14 @@
 """Every Crossplane object we ship, as each Crossplane release the package claims would take it.
 
-The package claims Crossplane `>=v1.17.0-0` (package/crossplane.yaml). Each release serves its
-own CRDs for XRDs, Compositions and Functions, and kube-apiserver refuses, under strict field
-validation (kubectl's default), a field the release's CRD does not declare — so a manifest
-valid against v2.3.4 may still be refused by 1.17. What each release is given:
+The package claims Crossplane `>=v2.0.0-0` (package/crossplane.yaml): 1.x installs the legacy
+set but cannot compose it (its XRs cannot reference a namespaced object: docs/e2e.md). Each
+release serves its own CRDs for XRDs, Compositions and Functions, and kube-apiserver refuses,
+under strict field validation (kubectl's default), a field the release's CRD does not declare —
+so a manifest valid against v2.3.4 may still be refused by 1.17. What each release is given:
 
-- the legacy set (`compositions/legacy/`, v1 XRDs with claims): 1.17, 1.20 and 2.x, which
-  still serves v1 XRDs (defaulting their scope to LegacyCluster);
+- the legacy set (`compositions/legacy/`, v1 XRDs with claims): 1.17 and 1.20, whose users see
+  it install before they upgrade, and 2.x, which serves v1 XRDs (defaulting their scope to
+  LegacyCluster);
 - the v2 set (`compositions/xrds`, `compositions/pipelines`): 2.x only — 1.x serves no
   `apiextensions.crossplane.io/v2`;
 - the Function objects (examples/install/function.yaml and every example's functions.yaml): all.
@@ -19,7 +21,6 @@ Where they are not found, these tests skip and say which file is missing.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,12 +124,13 @@ def test_a_crossplane_1_release_serves_none_of_the_v2_set(release):
     ]
 
 
-def test_the_releases_tested_start_at_the_version_the_package_claims():
+def test_the_package_claims_crossplane_2_and_the_releases_tested_span_both_majors():
+    """The real control plane showed that 1.x cannot compose this package's objects (its XRs
+    cannot reference a namespaced one: docs/e2e.md), so the package claims 2.0 or newer. The
+    1.x releases stay here for what their users see install before they upgrade."""
     [meta] = documents(ROOT / "package" / "crossplane.yaml")
-    claimed = re.fullmatch(r">=(v\d+\.\d+\.\d+)-0", meta["spec"]["crossplane"]["version"])
-    assert claimed, meta["spec"]["crossplane"]["version"]
-    assert RELEASES[0].version == claimed[1]
-    # One release per minor line the package supports: 1.x's oldest and newest, and 2.x.
+    assert meta["spec"]["crossplane"]["version"] == ">=v2.0.0-0"
+    # 1.x's oldest and newest the legacy set was written for, and 2.x.
     assert [r.version.rpartition(".")[0] for r in RELEASES] == ["v1.17", "v1.20", "v2.3"]
 
 
