@@ -15,6 +15,10 @@
   refused as invalid: two controllers. One the API server refuses as invalid is left unsynced
   (a Warning event, and `Synced=False`, "Unsynced resources: …") while the rest are applied;
   any other refusal fails the reconcile.
+- The composite's status is server-side applied too. Either apply stores a map this manager
+  filled before and applies as `{}` now as null, which the API server checks like any value
+  (kubernetes#104694): a non-nullable object refuses it. A refused status leaves the status as
+  it was, with Crossplane's Warning (the composed resources stay applied).
 - Reconciles follow what changed, as Crossplane's watches make them, between polls: every
   composite is reconciled on the first run and again each time the cluster's clock has moved
   by the poll interval (Crossplane's --poll-interval, 1 minute: a scenario's `sleep`), or on
