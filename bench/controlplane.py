@@ -7,7 +7,7 @@ each node's Devices is applied as its agent would write it. Crossplane composes 
 (its summary ConfigMap) and the Catalog's pools through our function, served with metrics.
 
 Each round takes one node out of management (`spec.managed: false`) or back, and times the
-moment the H100 pool's `status.accelerator.capacity` shows it. Our share is the time the
+moment the H100 pool's `status.nodes` shows it. Our share is the time the
 function spent answering RunFunction calls in that window (its latency histogram's sum, every
 handler): an upper bound, since Crossplane's other reconciles in the window count too.
 """
@@ -68,11 +68,12 @@ def registered_node(stored: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def pool_capacity(env: Environment) -> int:
-    """The H100 pool's whole cards (status.accelerator.capacity), 0 before it is composed."""
+def pool_nodes(env: Environment) -> int:
+    """The managed nodes the H100 pool covers (`status.nodes`), 0 before it is composed. (Not
+    its cards: the cluster's allocations and partitions take some out of the exclusive view.)"""
     for pool in env.kubectl.get("instancetype"):
         if cluster.A_KEY in pool["metadata"]["name"]:
-            return int(((pool.get("status") or {}).get("accelerator") or {}).get("capacity", 0))
+            return int((pool.get("status") or {}).get("nodes", 0))
     return 0
 
 
@@ -91,8 +92,8 @@ def run(nodes: int, root: Path) -> dict[str, Any]:
         env.kubectl("apply", "-f", str(REPOSITORY / "examples" / "walkthrough" / "catalog.yaml"))
         composed = time.monotonic()
         eventually(
-            f"the H100 pool showing {8 * nodes} cards",
-            lambda: pool_capacity(env) == 8 * nodes,
+            f"the H100 pool covering {nodes} nodes",
+            lambda: pool_nodes(env) == nodes,
             timeout=POOL_TIMEOUT,
             interval=2.0,
         )
@@ -101,14 +102,14 @@ def run(nodes: int, root: Path) -> dict[str, Any]:
         for index in range(ROUNDS):
             name = devices[index % nodes]["metadata"]["name"]
             managed = index % 2 == 1  # out, back in, out, ...
-            want = 8 * nodes - (0 if managed else 8)
+            want = nodes - (0 if managed else 1)
             before, t0 = function_seconds(env.crossplane.metrics_url), time.monotonic()
             env.kubectl(
                 "patch", "devices", name, "--type=merge",
                 "-p", json.dumps({"spec": {"managed": managed}}),
             )  # fmt: skip
             eventually(
-                f"the pool at {want} cards", lambda w=want: pool_capacity(env) == w, interval=0.1
+                f"the pool at {want} nodes", lambda w=want: pool_nodes(env) == w, interval=0.1
             )
             seconds = time.monotonic() - t0
             rounds.append(
