@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from e2e import scenario
-from e2e.environment import Environment, private_mounts, settle_devices
+from e2e.environment import COMPOSITIONS, Environment, private_mounts, settle_devices
+
+PACKAGE_GROUPS = {
+    document["spec"]["group"]
+    for folder in ("xrds", "legacy/xrds")
+    for path in sorted((COMPOSITIONS / folder).glob("*.yaml"))
+    for document in scenario.load(path)
+}
 
 
 def device_plugin_of(objects: list[dict[str, Any]]) -> str:
@@ -32,16 +39,29 @@ def device_plugin_of(objects: list[dict[str, Any]]) -> str:
 
 
 def setup(env: Environment, folder: Path):
+    """The scenario's cluster, in an operator's order: what the nodes' software reads first (a
+    ClusterPolicy and its device-plugin ConfigMap decide what a plugin advertises when its
+    node registers), then the nodes and their agents, then this package's composites."""
+
     def apply(objects: list[dict[str, Any]]) -> None:
         nodes = [o for o in objects if o["kind"] == "Node"]
         devices = [o for o in objects if o["kind"] == "Devices"]
         rest = [o for o in objects if o["kind"] not in ("Node", "Devices")]
+        cluster = [o for o in rest if not composite(o)]
+        if cluster:
+            scenario.apply_files(env.kubectl, cluster, folder)
         env.register_nodes(nodes, devices)
         settle_devices(env, [d["metadata"]["name"] for d in devices])
-        if rest:
-            scenario.apply_files(env.kubectl, rest, folder)
+        composites = [o for o in rest if composite(o)]
+        if composites:
+            scenario.apply_files(env.kubectl, composites, folder)
 
     return apply
+
+
+def composite(obj: dict[str, Any]) -> bool:
+    """Whether the object is of a kind this package's XRDs define (either set)."""
+    return obj.get("apiVersion", "").partition("/")[0] in PACKAGE_GROUPS
 
 
 def expected_of(scenario: Path) -> Path | None:

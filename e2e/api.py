@@ -1,5 +1,7 @@
 """The control plane through Kubernetes' Python client, by kind, as plain dicts: what the
-simulated node (e2e/node.py) and the stand-in device plugins read (`get`, `list`)."""
+simulated node (e2e/node.py) and the stand-ins for what cannot run here (the device plugins,
+the GPU Operator's node labelling and GPU feature discovery) read and write, with the methods
+of the simulator's client they call (functions/simulate/client.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +43,14 @@ class Api:
             return []
         return [item.to_dict() for item in found.items]
 
+    peek_list = list  # the simulator's read-only list: here every read is a copy already
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """An update of the whole object, as client-go's Update: refused (and retried by the
+        caller's next pass) when the object changed since it was read."""
+        namespace = obj["metadata"].get("namespace")
+        return self.resource(obj["kind"]).replace(body=obj, namespace=namespace).to_dict()
+
     def patch_status(self, kind: str, name: str, namespace: str, status: dict[str, Any]) -> None:
         self.resource(kind).status.patch(
             name=name,
@@ -48,6 +58,15 @@ class Api:
             body={"status": status},
             content_type="application/merge-patch+json",
         )
+
+    def bind(self, name: str, namespace: str, node: str) -> None:
+        """A Pod's binding (`pods/binding`), as a scheduler writes it."""
+        body = kubernetes.client.V1Binding(
+            metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=namespace),
+            target=kubernetes.client.V1ObjectReference(kind="Node", name=node),
+        )
+        # the client cannot read the Binding back (kubernetes-client/python#547): left unread
+        self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind = obj["kind"]

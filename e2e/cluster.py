@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -135,9 +136,15 @@ def kubeconfig(path: Path, server: str, ca: Path, client: pki.KeyPair, user: str
 class ControlPlane:
     """kine, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK on loopback."""
 
-    def __init__(self, root: Path, kwok_stages: Sequence[Path]):
+    def __init__(
+        self,
+        root: Path,
+        kwok_stages: Sequence[dict[str, Any]],
+        scheduler_extenders: Sequence[dict[str, Any]] = (),
+    ):
         self.root = root
         self.kwok_stages = list(kwok_stages)
+        self.scheduler_extenders = list(scheduler_extenders)
         self.processes: dict[str, Process] = {}
         self.pki_dir = root / "pki"
         self.pki_dir.mkdir(parents=True, exist_ok=True)
@@ -283,7 +290,24 @@ class ControlPlane:
         )
 
     def start_scheduler(self) -> None:
-        self.start_component("kube-scheduler")
+        """kube-scheduler, with a configuration file where it calls extenders (a file's
+        clientConnection and leaderElection replace the flags that say the same)."""
+        if not self.scheduler_extenders:
+            self.start_component("kube-scheduler")
+            return
+        config = self.root / "kube-scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                    "leaderElection": {"leaderElect": False},
+                    "extenders": self.scheduler_extenders,
+                }
+            )
+        )
+        self.start_component("kube-scheduler", f"--config={config}")
 
     def start_kwok(self) -> None:
         port = free_port()
@@ -305,8 +329,7 @@ class ControlPlane:
                 },
             }
         ]
-        for stage in self.kwok_stages:
-            documents += [d for d in yaml.safe_load_all(stage.read_text()) if d]
+        documents += self.kwok_stages
         config.write_text(yaml.safe_dump_all(documents))
         process = self.run(
             "kwok",
@@ -325,7 +348,7 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def control_plane(root: Path, kwok_stages: Sequence[Path]) -> Iterator[ControlPlane]:
+def control_plane(root: Path, kwok_stages: Sequence[dict[str, Any]]) -> Iterator[ControlPlane]:
     plane = ControlPlane(root, kwok_stages)
     try:
         plane.start()

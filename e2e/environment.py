@@ -25,15 +25,21 @@ from e2e.api import Api
 from e2e.binaries import binary, module_dir, versions
 from e2e.cluster import ControlPlane, free_port
 from e2e.crossplane import Crossplane
+from e2e.extender import HamiExtender
 from e2e.kube import Kubectl, documents, eventually
 from e2e.node import SimulatedNode, plugins
 from functions.simulate import kube
 from functions.simulate.deviceplugin import cards_of
+from functions.simulate.gfd import GpuFeatureDiscovery
+from functions.simulate.gpuoperator import GpuOperator
+from functions.simulate.schemas import SCHEMAS_MISSING, schema_dir
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 COMPOSITIONS = REPOSITORY / "compositions"
 NODE_PERIOD = 0.5  # seconds between two passes of the simulated nodes
 PRIVATE_MARK = "GPUSTACK_E2E_PRIVATE_MOUNTS"
+GPU_OPERATOR_CRD = "nvidia.com_clusterpolicies.yaml"
+NOT_RUNNING = {"key": ".status.phase", "operator": "NotIn", "values": ["Running"]}
 
 
 def private_mounts(argv: list[str]) -> None:
@@ -57,9 +63,15 @@ def private_mounts(argv: list[str]) -> None:
     sys.exit(code)
 
 
-def kwok_stages() -> list[Path]:
+def kwok_stages() -> list[dict[str, Any]]:
+    """KWOK's own stages: nodes initialized and kept Ready with their leases, Pods run to Ready,
+    completed and deleted. One change: KWOK's `node-initialize` takes every node not Ready,
+    so it would at once undo a kubelet's report of NotReady (the node-loss scenario's status
+    patch); here it takes only nodes it has not initialized (no `Running` phase yet). A
+    NotReady node then stays NotReady, its lease still renewed, as a node whose kubelet runs
+    but whose container runtime is down."""
     stage = module_dir("sigs.k8s.io/kwok", versions()["KWOK"]) / "kustomize" / "stage"
-    return [
+    paths = [
         stage / "node" / "fast" / "node-initialize.yaml",
         *sorted(
             path
@@ -70,6 +82,11 @@ def kwok_stages() -> list[Path]:
         stage / "pod" / "fast" / "pod-complete.yaml",
         stage / "pod" / "fast" / "pod-delete.yaml",
     ]
+    stages = [d for path in paths for d in documents(path.read_text())]
+    for found in stages:
+        if found["metadata"]["name"] == "node-initialize":
+            found["spec"]["selector"]["matchExpressions"].append(NOT_RUNNING)
+    return stages
 
 
 class Environment:
@@ -86,7 +103,10 @@ class Environment:
         self.device_plugin = device_plugin
         self.crossplane_pin = crossplane
         self.legacy_set = legacy_set
-        self.plane = ControlPlane(root, kwok_stages())
+        # HAMi schedules through kube-scheduler's extender: served before the scheduler starts
+        self.extender = HamiExtender(free_port()) if device_plugin == "hami" else None
+        extenders = [self.extender.config()] if self.extender else []
+        self.plane = ControlPlane(root, kwok_stages(), extenders)
         self.kubectl = Kubectl(self.plane.kubeconfig)
         self.nodes: dict[str, SimulatedNode] = {}
         self.stop_nodes = threading.Event()
@@ -100,8 +120,11 @@ class Environment:
 
     # -- bring-up ----------------------------------------------------------------------------
     def start(self) -> None:
+        if self.extender is not None:
+            self.extender.start()
         self.plane.start()
         self.install_nfd()
+        self.install_gpu_operator_crd()
         install.install_kueue(
             self.plane, self.kubectl, COMPOSITIONS / "kueue" / f"{self.device_plugin}.yaml"
         )
@@ -110,7 +133,10 @@ class Environment:
         self.crossplane.install_function()
         self.install_package_api()
         self.api = Api(self.plane.kubeconfig)
+        if self.extender is not None:
+            self.extender.api = self.api
         self.plugins = plugins(self.api)
+        self.operands = [GpuOperator(self.api), GpuFeatureDiscovery(self.api)]
 
     def install_nfd(self) -> None:
         """NFD's release manifests (`deployment/overlays/default`) but its workloads: the
@@ -118,6 +144,16 @@ class Environment:
         source = module_dir("sigs.k8s.io/node-feature-discovery", versions()["NFD"])
         objects = documents(Kubectl.kustomize(source / "deployment" / "overlays" / "default"))
         self.kubectl.apply([o for o in objects if o["kind"] not in ("Deployment", "DaemonSet")])
+
+    def install_gpu_operator_crd(self) -> None:
+        """The GPU Operator's ClusterPolicy CRD, so a scenario can apply its ClusterPolicy. The
+        operator cannot run without GPUs: its node labelling and GPU feature discovery are
+        played with the nodes (functions/simulate/gpuoperator.py, gfd.py)."""
+        found = schema_dir()
+        if found is None:
+            raise RuntimeError(f"make e2e: {SCHEMAS_MISSING}")
+        self.kubectl("apply", "-f", str(found / "gpu-operator" / GPU_OPERATOR_CRD))
+        self.kubectl.wait("condition=Established", ["crd", "clusterpolicies.nvidia.com"])
 
     def start_nfd_master(self, node: str) -> None:
         """nfd-master as its Pod on `node`: it annotates the Node it runs on, and refuses to
@@ -200,6 +236,8 @@ class Environment:
     def run_nodes(self) -> None:
         while not self.stop_nodes.wait(NODE_PERIOD):
             try:
+                for operand in self.operands:  # node labels, before the plugin reads them
+                    operand.run()
                 plugin = self.plugins[kube.device_plugin(self.api)]
                 pods = self.api.list("Pod")
                 for node in list(self.nodes.values()):
@@ -216,6 +254,8 @@ class Environment:
         for node in self.nodes.values():
             node.stop()
         self.plane.stop()
+        if self.extender is not None:
+            self.extender.stop()
 
 
 @contextlib.contextmanager

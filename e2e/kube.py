@@ -131,11 +131,21 @@ class Kubectl:
     def wait(
         self, condition: str, targets: Sequence[str], timeout: int = 600, namespace: str = ""
     ) -> None:
-        """`kubectl wait`; when it times out, the error carries the targets' conditions."""
+        """`kubectl wait`; when it times out, the error carries the targets' conditions. An
+        object read before its controller wrote any status fails kubectl at once (".status.
+        conditions accessor error"): that is waited out too."""
         where = ["-n", namespace] if namespace else []
+        deadline = time.monotonic() + timeout
         try:
-            self("wait", f"--for={condition}", f"--timeout={timeout}s", *targets, *where,
-                 timeout=timeout + 60)  # fmt: skip
+            while True:
+                try:
+                    self("wait", f"--for={condition}", f"--timeout={timeout}s", *targets, *where,
+                         timeout=timeout + 60)  # fmt: skip
+                    return
+                except KubectlFailed as error:
+                    if NO_STATUS_YET not in str(error) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
         except KubectlFailed as error:
             found = yaml.safe_load(self("get", *targets, *where, "-o", "yaml", check=False))
             conditions = {
@@ -145,6 +155,9 @@ class Kubectl:
                 for item in (found or {}).get("items") or [found or {}]
             }
             raise KubectlFailed(f"{error}; their conditions: {json.dumps(conditions)}") from None
+
+
+NO_STATUS_YET = ".status.conditions accessor error"
 
 
 def documents(text: str) -> list[dict[str, Any]]:

@@ -197,9 +197,11 @@ class HamiScheduler:
 
     def __init__(self, api: Client):
         self.api = api
-        # HAMi's chart installs its webhook with the scheduler; it registers for CREATE only.
-        # controller-runtime's Denied: 403 Forbidden
-        api.api.webhooks.append(Webhook(WEBHOOK, "Pod", self.admit, creates=True, reason=FORBIDDEN))
+
+    def webhook(self) -> Webhook:
+        """The admission webhook HAMi's chart installs with the scheduler: CREATE only, and
+        controller-runtime's Denied is 403 Forbidden."""
+        return Webhook(WEBHOOK, "Pod", self.admit, creates=True, reason=FORBIDDEN)
 
     def admit(self, pod: Mapping[str, Any], old: Mapping[str, Any] | None) -> str | None:
         if old is not None or kube.device_plugin(self.api) != "hami":

@@ -34,7 +34,9 @@ CORDONED = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 class Scheduler:
     def __init__(self, api: Client):
         self.api = api
-        self.extenders = {"hami": HamiScheduler(api)}  # by the device plugin they come with
+        hami = HamiScheduler(api)
+        api.api.webhooks.append(hami.webhook())
+        self.extenders = {"hami": hami}  # by the device plugin they come with
 
     def run(self) -> None:
         nodes = self.api.list("Node")
