@@ -22,14 +22,17 @@ from typing import Any
 import click
 
 from functions import documents, server
-from functions.core import catalog, names
+from functions.core import catalog, names, reasons
 from functions.core.devices import SpecError, parse_devices
 from functions.core.pools import pool_views
+from functions.core.status import instancetype as type_status
+from functions.kubectl import columns
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 WALKTHROUGH = REPOSITORY / "examples" / "walkthrough"
 WALKTHROUGH_DEVICES = WALKTHROUGH / "devices.yaml"
 WALKTHROUGH_SCENARIO = WALKTHROUGH / "scenario.yaml"
+INSTANCE_TYPE_XRD = REPOSITORY / "compositions" / "xrds" / "instancetype.yaml"
 BAD_INPUT = 2  # click's own status for a usage error
 
 
@@ -257,24 +260,27 @@ def _at_the_field(document: documents.Document, message: str) -> str:
 
 
 def instance_types_table(devices_file: Path, settings: catalog.Settings) -> str:
+    """Each derived pool's InstanceType with the status its handler publishes once Kueue has
+    activated the pool's ClusterQueue, printed by the XRD's printer columns."""
     cluster = catalog.Cluster.of(
         (_devices(doc) for doc in documents.objects(devices_file)), settings
     )
-    rows = []
+    instance_types = []
     for pool in cluster.pools(settings):
         spec = catalog.derived_instance_type_spec(pool, cluster.nodes)
-        views = pool_views(pool, cluster.nodes, settings.mixed_on_node)
-        rows.append(
-            [
-                pool.name,
-                names.entrance(pool.name),
-                catalog.unit_display(spec),
-                views.accelerators.display,
-                views.cpu.display,
-                "Active",
-            ]
+        status = type_status.publish(
+            pool,
+            pool_views(pool, cluster.nodes, settings.mixed_on_node),
+            settings.dialect,
+            phase=reasons.ACTIVE,
+            message="",
+            entrance=names.entrance(pool.name),
+            unit=catalog.unit_display(spec),
         )
-    return catalog.kubectl_table(catalog.INSTANCE_TYPE_COLUMNS, rows)
+        instance_types.append({"metadata": {"name": pool.name}, "spec": spec, "status": status})
+    return columns.printed(
+        instance_types, columns.printer_columns(documents.load(INSTANCE_TYPE_XRD))
+    )
 
 
 def _devices(document: documents.Document) -> Any:

@@ -154,6 +154,6 @@ def test_no_allocation_sequence_breaks_the_ledger(card, sequence):
                 for count in ledger.remaining_profiles().values()
             )
         views = accelerator_views([summarize([ledger])])
-        for view in (views.exclusive, views.shared, views.sliced, views.partitioned):
+        for view in views.views.values():
             assert 0 <= view.remaining <= view.capacity
             assert 0 <= view.once_max <= view.remaining

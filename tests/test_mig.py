@@ -80,8 +80,8 @@ def test_all_mig_then_one_3g_40gb():
     assert views(h100_node(8)).display == "0/0 0/0 0/0 1/56"
     after = views(h100_node(8, [MIG_3G_ON_GPU0]))
     assert after.display == "0/0 0/0 0/0 1/52"
-    assert after.partitioned.allocated_profiles == {"3g.40gb": 1}
-    assert after.partitioned.remaining_profiles == {
+    assert after[Mode.PARTITIONED].allocated_profiles == {"3g.40gb": 1}
+    assert after[Mode.PARTITIONED].remaining_profiles == {
         "1g.10gb": 7 * 7 + 3,
         "1g.20gb": 7 * 4 + 2,
         "2g.20gb": 7 * 3 + 1,
@@ -115,8 +115,8 @@ def test_mixed_node_five_whole_three_mig():
         "memoryPercentage": 50,
     }
     after = views(h100_node(3, [MIG_3G_ON_GPU0, slice_half_of_gpu5]))
-    assert (after.exclusive.remaining, after.shared.remaining) == (4, 40)
-    assert (after.sliced.remaining, after.partitioned.remaining) == (450, 17)
+    assert (after[Mode.EXCLUSIVE].remaining, after[Mode.SHARED].remaining) == (4, 40)
+    assert (after[Mode.SLICED].remaining, after[Mode.PARTITIONED].remaining) == (450, 17)
 
 
 def test_partition_placement_is_chosen_when_not_reported_and_overlaps_are_refused():

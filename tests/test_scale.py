@@ -30,6 +30,7 @@ from functions import frame, pipeline, views
 from functions.core import names
 from functions.core.devices import parse_spec
 from functions.core.ledger import build_ledger
+from functions.core.modes import Mode
 from functions.core.pools import NodeSummary, accelerator_views, summarize_devices
 from functions.core.status import StatusError
 from functions.core.status import summary as node_summary
@@ -166,7 +167,7 @@ def test_a_profile_count_of_null_reads_as_none_left():
     document["partitions"]["nvidia-h100-80gb-hbm3"]["remaining"]["3g.40gb"] = None
     group = node_summary.read(json.dumps(document)).groups["nvidia-h100-80gb-hbm3"]
     assert group.remaining_profiles["3g.40gb"] == 0
-    assert accelerator_views([group, group]).partitioned.remaining_profiles["3g.40gb"] == 0
+    assert accelerator_views([group, group])[Mode.PARTITIONED].remaining_profiles["3g.40gb"] == 0
 
 
 BROKEN = [

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from functions.core.devices import parse_spec
+from functions.core.modes import Mode
 from functions.core.pools import PoolKey, pool_views, summarize_devices
 from functions.core.requests import InstanceTypeFacts, Plan, Refusal, plan
 from tests.test_mig import h100_node
@@ -46,7 +47,7 @@ def test_the_bound_and_once_max_count_whole_capable_cards(case: Case):
     node = summarize_devices(parse_spec("node-h100", two_card_node(case.mig_cards)))
     views = pool_views(POOL, [node])
     assert views.largest_node_cards == case.bound
-    assert views.accelerators.exclusive.display == case.once_max
+    assert views.accelerators[Mode.EXCLUSIVE].display == case.once_max
 
 
 def test_two_whole_cards_on_a_one_whole_one_mig_node_are_refused_not_left_pending():

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from functions.core import names, presets, quantity
-from functions.core.columns import kubectl_table as kubectl_table  # printed through by the CLI
 from functions.core.devices import DevicesSpec
 from functions.core.pools import (
     GroupFacts,
@@ -86,19 +85,9 @@ def derived_instance_type_spec(pool: PoolKey, nodes: Iterable[NodeSummary]) -> d
 
 
 def unit_display(spec: dict) -> str:
-    """The UNIT(CPU/RAM)/STORAGE column: `8/64Gi/100Gi`."""
+    """An InstanceType's `status.display.unit`, its UNIT(CPU/RAM)/STORAGE column: `8/64Gi/100Gi`."""
     unit = spec.get("unitResources") or {}
     return f"{unit.get('cpu', '')}/{unit.get('ram', '')}/{spec.get('localStorage', '')}"
-
-
-INSTANCE_TYPE_COLUMNS = [
-    "NAME",
-    "ENTRANCE",
-    "UNIT(CPU/RAM)/STORAGE",
-    "ACCELERATOR(EX/SH/SL/PT)",
-    "CPU",
-    "PHASE",
-]
 
 
 def catalog_rows(nodes: Iterable[NodeSummary], settings: Settings = DEFAULTS) -> dict[str, dict]:

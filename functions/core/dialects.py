@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from functions.core import mig, quantity, resources
 from functions.core.devices import DevicesSpec
-from functions.core.modes import PERCENT, SHARE, SHARES_PER_CARD, TAKEN, Claim, D, Mode
+from functions.core.modes import MODES, PERCENT, SHARE, SHARES_PER_CARD, Claim, D, Mode
 
 Name = Literal["gpustack", "nvidia", "hami"]
 DEFAULT: Name = "gpustack"
@@ -66,7 +66,7 @@ class Gpustack:
     node_labels: tuple[str, ...] = ()  # the Node labels `left_out` reads
 
     def modes(self, manufacturer: str) -> frozenset[Mode]:
-        return frozenset(TAKEN)
+        return frozenset(MODES)
 
     def encode(self, manufacturer: str, claim: Claim) -> dict[str, str]:
         return resources.encode(manufacturer, claim)
@@ -80,8 +80,10 @@ class Gpustack:
     def shares_bound(self, largest_node_cards: int) -> int:
         return largest_node_cards
 
-    def refusal(self, claim: Claim) -> str:
-        return ""
+    def refusal(self, claim: Claim) -> tuple[str, str] | None:
+        """The `spec.resources` field and why this plugin cannot give `claim` as it is asked
+        (None: it can)."""
+        return None
 
     def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
         """Why this plugin cannot serve the node `spec` reports, its Node labelled so, as
@@ -92,12 +94,8 @@ class Gpustack:
         found: list[dict[str, Any]] = []
         for manufacturer in sorted(resources.BASES):
             base = resources.base_of(manufacturer)
-            charged = {
-                base: D,
-                base + resources.SHARED: SHARE,
-                base + resources.SLICED_UNITS: 1,
-                base + resources.PARTITIONED_UNITS: 1,
-            }
+            # Each mode's count, on the key the plugin carries it on, at the mode's price.
+            charged = {base + spec.charged_suffix: spec.unit_credits for spec in MODES.values()}
             found += [_replace(key, manufacturer, units) for key, units in charged.items()]
             found += [_replace(key) for key in _gpustack_counters(manufacturer)]
         return found
@@ -168,8 +166,8 @@ class Nvidia:
     def shares_bound(self, largest_node_cards: int) -> int:
         return largest_node_cards * SHARES_PER_CARD  # replicas, not distinct cards
 
-    def refusal(self, claim: Claim) -> str:
-        return ""
+    def refusal(self, claim: Claim) -> tuple[str, str] | None:
+        return None
 
     def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
         """A node with cards in MIG mode needs the plugin's `mixed` MIG strategy. Under
@@ -257,14 +255,15 @@ class Hami:
     def shares_bound(self, largest_node_cards: int) -> int:
         return largest_node_cards
 
-    def refusal(self, claim: Claim) -> str:
+    def refusal(self, claim: Claim) -> tuple[str, str] | None:
         # HAMi's scheduler reads `gpucores: 100` as "this card alone": no other vGPU joins it.
         if claim.mode is Mode.SLICED and claim.cores_percentage >= 100:
             return (
+                "acceleratorSlicedCoresPercentage",
                 "HAMi gives a slice with 100 % of the cores the whole card; "
-                "set acceleratorSlicedCoresPercentage below 100, or ask for a whole card"
+                "set acceleratorSlicedCoresPercentage below 100, or ask for a whole card",
             )
-        return ""
+        return None
 
     def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
         return ""

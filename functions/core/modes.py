@@ -5,6 +5,10 @@ A card is held in exactly one `Mode` at a time, and an Instance's accelerator re
 the resource keys on a Pod, the agent's report of allocations, the Kueue transformations and the
 simulator — uses these two types; nothing else spells a mode.
 
+`MODES` is the one table of what is spelled per mode: every layer iterates over it, and what a
+mode does differently (how a card takes it, how its request is validated, how its view is
+summed) is written next to the layer's own rule, keyed by the mode.
+
 | Mode        | A claim takes                                   | Credits (D = 1,600,000 per card) |
 |-------------|-------------------------------------------------|----------------------------------|
 | EXCLUSIVE   | `cards` whole cards                             | cards × D                        |
@@ -21,13 +25,16 @@ exactly (docs/accounting.md, "Partition credits").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import IntEnum
+from types import MappingProxyType
 
 D = 1_600_000  # credits per whole card (2⁹ × 5⁵: 1 % and one share are integers)
 SHARES_PER_CARD = 10
 SHARE = D // SHARES_PER_CARD  # 160,000
 PERCENT = D // 100  # 16,000
+UNITS = ".units"  # a slice's or a partition's credits are carried on `<base>.sliced.units`
 
 
 class Mode(IntEnum):
@@ -53,8 +60,91 @@ class Mode(IntEnum):
         raise ValueError(f"must be one of {', '.join(m.title for m in TAKEN)}, got {title!r}")
 
 
-TAKEN = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED)
-ONE_CARD = frozenset({Mode.SLICED, Mode.PARTITIONED})  # a claim of these lives on exactly one card
+@dataclass(frozen=True)
+class ModeSpec:
+    """What one sharing mode is called and costs, wherever it is spelled.
+
+    The credit rule is one line for every mode: a claim counts `cards` (whole cards, or cards
+    holding one share each) or, for a mode that lives on `one_card`, its `units`; it costs
+    `unit_credits` per count. The same count is what gpustack's device plugin carries on the
+    charged key (`<base><suffix>`, or `<base><suffix>.units`) and what the mode's fit label
+    (`fit`, a node label prefix; "" for none) is compared with, from a count of `fit_from` on.
+    """
+
+    mode: Mode
+    abbreviation: str  # its part of the InstanceType's ACCELERATOR(EX/SH/SL/PT) column
+    view: str  # its view in `InstanceType.status`
+    fields: tuple[str, ...]  # the `spec.resources` fields that ask for it; the first names it
+    what: str  # what a request of it takes, as a refusal says it
+    suffix: str  # its resource keys' suffix on the manufacturer's base (`nvidia.com/gpu.shared`)
+    unit_credits: int  # credits per count
+    one_card: bool = False  # a part of one card, priced in units once the card is known
+    fit: str = ""  # the fit label prefix a Pod's affinity reads (`<prefix><aKey>`)
+    fit_from: int = 0  # the least count a claim's fit expression is written for
+
+    def count(self, claim: Claim) -> int:
+        """What the credit rule and the fit label count of a claim: units, or cards."""
+        return claim.units if self.one_card else claim.cards
+
+    def credits(self, claim: Claim) -> int:
+        return self.count(claim) * self.unit_credits
+
+    @property
+    def charged_suffix(self) -> str:
+        """The suffix of the key gpustack's device plugin carries the count on."""
+        return self.suffix + UNITS if self.one_card else self.suffix
+
+
+MODES: Mapping[Mode, ModeSpec] = MappingProxyType(
+    {
+        spec.mode: spec
+        for spec in (
+            ModeSpec(
+                Mode.EXCLUSIVE,
+                abbreviation="EX",
+                view="accelerator",
+                fields=("accelerator",),
+                what="whole cards",
+                suffix="",
+                unit_credits=D,
+                fit="exclusive-free-cards.fit.gpustack.ai/",
+            ),
+            ModeSpec(
+                Mode.SHARED,
+                abbreviation="SH",
+                view="acceleratorShared",
+                fields=("acceleratorShared",),
+                what="shares of a card",
+                suffix=".shared",
+                unit_credits=SHARE,
+                fit="shared-free-cards.fit.gpustack.ai/",
+                fit_from=2,  # a share on N ≥ 2 cards (docs/instances.md, "Fit affinity")
+            ),
+            ModeSpec(
+                Mode.SLICED,
+                abbreviation="SL",
+                view="acceleratorSliced",
+                fields=("acceleratorSlicedMemoryPercentage", "acceleratorSlicedCoresPercentage"),
+                what="a memory slice of a card",
+                suffix=".sliced",
+                unit_credits=1,
+                one_card=True,
+                fit="sliced-max-free-units.fit.gpustack.ai/",
+            ),
+            ModeSpec(
+                Mode.PARTITIONED,
+                abbreviation="PT",
+                view="acceleratorPartitioned",
+                fields=("acceleratorPartitionedProfile",),
+                what="a hardware partition",
+                suffix=".partitioned",
+                unit_credits=1,
+                one_card=True,
+            ),
+        )
+    }
+)
+TAKEN = tuple(MODES)  # the modes a card can be taken in, in the table's (and the column's) order
 
 
 def slice_units_by_percent(memory_percentage: int) -> int:
@@ -92,11 +182,8 @@ class Claim:
     @property
     def credits(self) -> int:
         """What Kueue charges for this claim in `credits.gpustack.ai/<manufacturer>`."""
-        if self.mode is Mode.EXCLUSIVE:
-            return self.cards * D
-        if self.mode is Mode.SHARED:
-            return self.cards * SHARE
-        return self.units  # a slice or a partition; nothing for NONE
+        spec = MODES.get(self.mode)
+        return spec.credits(self) if spec else 0  # nothing for NONE
 
     def sized(self, card_mib: int, profile_credits: int = 0) -> Claim:
         """This claim with the units of its slice (on a card of `card_mib`) or its partition

@@ -1,4 +1,4 @@
-"""Pools and their views: which nodes a pool covers, and the four accelerator views plus CPU.
+"""Pools and their views: which nodes a pool covers, an accelerator view per mode, and CPU.
 
 A pool is identified by (os, arch, aKey?, gKey?) — gKey only when pools are CPU-aware. Sibling
 InstanceTypes with the same identity (a derived pool and a custom type) read the same nodes and
@@ -13,6 +13,7 @@ import itertools
 import operator
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from functions.core import mig, names
 from functions.core.devices import AcceleratorGroup, Cpu, DevicesSpec
@@ -23,7 +24,7 @@ from functions.core.ledger import (
     slice_slots,
     summarize_node,
 )
-from functions.core.modes import SHARES_PER_CARD, Mode
+from functions.core.modes import MODES, SHARES_PER_CARD, Mode
 
 
 @dataclass(frozen=True)
@@ -288,26 +289,24 @@ class PartitionView(View):
 
 @dataclass(frozen=True)
 class AcceleratorViews:
-    exclusive: View = View()
-    shared: View = View()
-    sliced: View = View()
-    partitioned: PartitionView = PartitionView()
+    """A pool's view of each sharing mode, in the table's order (core/modes.py)."""
+
+    views: Mapping[Mode, View] = field(default_factory=lambda: _EMPTY)
+
+    def __getitem__(self, mode: Mode) -> View:
+        return self.views[mode]
 
     def offering(self, modes: Collection[Mode]) -> AcceleratorViews:
         """These views with each mode the pool does not offer reading 0/0 (the cluster's
         device plugin cannot express it), so no column shows what no Instance can take."""
         return AcceleratorViews(
-            exclusive=self.exclusive if Mode.EXCLUSIVE in modes else View(),
-            shared=self.shared if Mode.SHARED in modes else View(),
-            sliced=self.sliced if Mode.SLICED in modes else View(),
-            partitioned=self.partitioned if Mode.PARTITIONED in modes else PartitionView(),
+            {mode: view if mode in modes else _EMPTY[mode] for mode, view in self.views.items()}
         )
 
     @property
     def display(self) -> str:
         """The ACCELERATOR(EX/SH/SL/PT) column: `1/1 1/10 100/100 0/0`."""
-        views = (self.exclusive, self.shared, self.sliced, self.partitioned)
-        return " ".join(view.display for view in views)
+        return " ".join(self.views[mode].display for mode in MODES)
 
 
 # Each figure of a node's group, read in C for a whole column: no object per node is made.
@@ -329,42 +328,6 @@ _ALLOCATED = operator.attrgetter("allocated_profiles")
 _REMAINING = operator.attrgetter("remaining_profiles")
 
 
-def accelerator_views(
-    summaries: Iterable[GroupSummary], draining: bool = False
-) -> AcceleratorViews:
-    """Sum node summaries into the four views (a draining queue shows all zeros).
-
-    SH uses the card-count reading: its once-max is the most cards on one node that still have
-    a free share (one free A10G reads `1/10`, not `10/10`). PT's once-max is 1 while any
-    partitioned card can host an instance. Columns are summed whole (a pool reads thousands).
-    """
-    summaries = summaries if isinstance(summaries, list) else list(summaries)
-    if draining or not summaries:
-        return AcceleratorViews()
-    cards = sum(map(_CARDS, summaries))
-    pt_remaining = sum(map(_PT_REM, summaries))
-    return AcceleratorViews(
-        exclusive=View(cards, max(map(_FREE, summaries)), sum(map(_FREE, summaries))),
-        shared=View(
-            cards * SHARES_PER_CARD,
-            max(map(_WITH_SHARE, summaries)),
-            sum(map(_SHARES, summaries)),
-        ),
-        sliced=View(
-            sum(map(_LOGICAL, summaries)) * 100,
-            max(map(_ONCE_SLICED, summaries)),
-            sum(map(_SLICED, summaries)),
-        ),
-        partitioned=PartitionView(
-            sum(map(_PT_CAP, summaries)),
-            int(pt_remaining > 0),
-            pt_remaining,
-            profile_totals(map(_ALLOCATED, summaries)),
-            profile_totals(map(_REMAINING, summaries)),
-        ),
-    )
-
-
 def profile_totals(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
     """Partitions by profile, summed over the groups' counts (most groups have none)."""
     totals: dict[str, int] = {}
@@ -372,6 +335,64 @@ def profile_totals(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
         for name, count in found.items():
             totals[name] = totals.get(name, 0) + count
     return totals
+
+
+def _exclusive_view(summaries: list[GroupSummary]) -> View:
+    free = list(map(_FREE, summaries))
+    return View(sum(map(_CARDS, summaries)), max(free, default=0), sum(free))
+
+
+def _shared_view(summaries: list[GroupSummary]) -> View:
+    """The card-count reading: once-max is the most cards on one node that still have a free
+    share (one free A10G reads `1/10`, not `10/10`)."""
+    return View(
+        sum(map(_CARDS, summaries)) * SHARES_PER_CARD,
+        max(map(_WITH_SHARE, summaries), default=0),
+        sum(map(_SHARES, summaries)),
+    )
+
+
+def _sliced_view(summaries: list[GroupSummary]) -> View:
+    return View(
+        sum(map(_LOGICAL, summaries)) * 100,
+        max(map(_ONCE_SLICED, summaries), default=0),
+        sum(map(_SLICED, summaries)),
+    )
+
+
+def _partitioned_view(summaries: list[GroupSummary]) -> PartitionView:
+    """Once-max is 1 while any partitioned card can host an instance."""
+    remaining = sum(map(_PT_REM, summaries))
+    return PartitionView(
+        sum(map(_PT_CAP, summaries)),
+        int(remaining > 0),
+        remaining,
+        profile_totals(map(_ALLOCATED, summaries)),
+        profile_totals(map(_REMAINING, summaries)),
+    )
+
+
+# How each mode's view is summed from the nodes' summaries (of none: the empty view).
+_VIEWS: Mapping[Mode, Callable[[list[GroupSummary]], View]] = {
+    Mode.EXCLUSIVE: _exclusive_view,
+    Mode.SHARED: _shared_view,
+    Mode.SLICED: _sliced_view,
+    Mode.PARTITIONED: _partitioned_view,
+}
+_EMPTY: Mapping[Mode, View] = MappingProxyType({mode: _VIEWS[mode]([]) for mode in MODES})
+
+
+def accelerator_views(
+    summaries: Iterable[GroupSummary], draining: bool = False
+) -> AcceleratorViews:
+    """Sum node summaries into the view of each mode (a draining queue shows all zeros).
+
+    Columns are summed whole (a pool reads thousands).
+    """
+    summaries = summaries if isinstance(summaries, list) else list(summaries)
+    if draining or not summaries:
+        return AcceleratorViews()
+    return AcceleratorViews({mode: _VIEWS[mode](summaries) for mode in MODES})
 
 
 def cpu_view(node_cores: Iterable[int], reserved: int = 0) -> View:

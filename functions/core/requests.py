@@ -16,11 +16,16 @@ from typing import Any
 
 from functions.core import dialects, quantity, reasons, resources
 from functions.core.dialects import DEFAULT, DIALECTS, Dialect
-from functions.core.modes import Claim, Mode
+from functions.core.modes import MODES, Claim, Mode
 from functions.core.quantity import GIB, MIB, QuantityError
 
 EPHEMERAL_DEFAULT = 15 * GIB
 FIELD = "spec.resources"
+# The fields an accelerator is asked for with, as the table of modes names them.
+(ACCELERATOR,) = MODES[Mode.EXCLUSIVE].fields
+(SHARED,) = MODES[Mode.SHARED].fields
+SLICE_MEMORY, SLICE_CORES = MODES[Mode.SLICED].fields
+(PROFILE,) = MODES[Mode.PARTITIONED].fields
 
 
 @dataclass(frozen=True)
@@ -101,9 +106,9 @@ class ResourceRequest:
             if isinstance(value, bool) or not isinstance(value, int):
                 return Refusal(f"{FIELD}.{key}", f"must be an integer, got {value!r}")
             values[attr] = value
-        profile = resources.get("acceleratorPartitionedProfile") or ""
+        profile = resources.get(PROFILE) or ""
         if not isinstance(profile, str):
-            return Refusal(f"{FIELD}.acceleratorPartitionedProfile", "must be a string")
+            return Refusal(f"{FIELD}.{PROFILE}", "must be a string")
         return cls(profile=profile, **values)
 
     def mode(self, facts: InstanceTypeFacts) -> Mode:
@@ -136,15 +141,15 @@ class ResourceRequest:
 
 
 _QUANTITIES = {
-    "accelerator": "accelerator",
+    ACCELERATOR: "accelerator",
     "cpu": "cpu",
     "ram": "ram",
     "localStorage": "local_storage",
 }
 _INTEGERS = {
-    "acceleratorShared": "shared",
-    "acceleratorSlicedMemoryPercentage": "memory_percentage",
-    "acceleratorSlicedCoresPercentage": "cores_percentage",
+    SHARED: "shared",
+    SLICE_MEMORY: "memory_percentage",
+    SLICE_CORES: "cores_percentage",
 }
 
 
@@ -178,7 +183,7 @@ def plan(
     mode = request.mode(facts)
     # A slice or a partition is never sized as a whole card: without the published hardware
     # it waits (§5.1). Whole cards and shares are validated first, then wait to be keyed.
-    if mode in (Mode.SLICED, Mode.PARTITIONED) and not facts.ready:
+    if mode is not Mode.NONE and MODES[mode].one_card and not facts.ready:
         return _not_ready(facts)
     if facts.ready and mode is not Mode.NONE and mode not in dialect.modes(facts.manufacturer):
         return [_inexpressible(mode, facts, dialect)]
@@ -190,8 +195,10 @@ def plan(
     claim = request.claim(mode).sized(
         facts.card_memory_mib, facts.profile_credits.get(request.profile, 0)
     )
-    if dialect.refusal(claim):
-        return [Refusal(_FIELDS[mode], dialect.refusal(claim), reasons.FORBIDDEN)]
+    refused = dialect.refusal(claim)
+    if refused is not None:
+        at, message = refused
+        return [Refusal(f"{FIELD}.{at}", message, reasons.FORBIDDEN)]
     sized = _size(request, claim, facts, overcommit)
     refusals = _validate_caps(sized, facts)
     if refusals:
@@ -199,30 +206,15 @@ def plan(
     return _render(sized, facts, overcommit, dialect)
 
 
-# The field a request of each mode is asked with, which a refusal of the mode names.
-_FIELDS = {
-    Mode.EXCLUSIVE: f"{FIELD}.accelerator",
-    Mode.SHARED: f"{FIELD}.acceleratorShared",
-    Mode.SLICED: f"{FIELD}.acceleratorSlicedCoresPercentage",
-    Mode.PARTITIONED: f"{FIELD}.acceleratorPartitionedProfile",
-}
-_WHAT = {
-    Mode.EXCLUSIVE: "whole cards",
-    Mode.SHARED: "shares of a card",
-    Mode.SLICED: "a memory slice of a card",
-    Mode.PARTITIONED: "a hardware partition",
-}
-
-
 def _inexpressible(mode: Mode, facts: InstanceTypeFacts, dialect: Dialect) -> Refusal:
     able = " or ".join(dialects.expressing(mode, facts.manufacturer)) or "none"
+    spec = MODES[mode]
     message = (
-        f"devicePlugin: {dialect.name} ({dialect.title}) cannot give {_WHAT[mode]} of "
+        f"devicePlugin: {dialect.name} ({dialect.title}) cannot give {spec.what} of "
         f"instance type {facts.name}; the cluster's device plugin must be {able} "
         "(the Catalog's spec.devicePlugin) for this request"
     )
-    field = f"{FIELD}.acceleratorSlicedMemoryPercentage" if mode is Mode.SLICED else _FIELDS[mode]
-    return Refusal(field, message, reasons.FORBIDDEN)
+    return Refusal(f"{FIELD}.{spec.fields[0]}", message, reasons.FORBIDDEN)  # the mode's field
 
 
 def _not_ready(facts: InstanceTypeFacts) -> Wait:
@@ -263,7 +255,7 @@ def _validate_none(
         return []
     return [
         Refusal(
-            f"{FIELD}.accelerator",
+            f"{FIELD}.{ACCELERATOR}",
             "accelerator request must not be specified for non-acceleratable instance type",
         )
     ]
@@ -272,13 +264,13 @@ def _validate_none(
 def _validate_partition(
     request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
 ) -> list[Refusal]:
-    at = f"{FIELD}.acceleratorPartitionedProfile"
+    at = f"{FIELD}.{PROFILE}"
     if request.memory_percentage or request.cores_percentage:
         return [
             Refusal(
-                f"{FIELD}.acceleratorSlicedMemoryPercentage",
+                f"{FIELD}.{SLICE_MEMORY}",
                 "a hardware partition and a logical slice percentage are mutually exclusive; "
-                "clear acceleratorSlicedMemoryPercentage and acceleratorSlicedCoresPercentage",
+                f"clear {SLICE_MEMORY} and {SLICE_CORES}",
                 reasons.FORBIDDEN,
             )
         ]
@@ -314,7 +306,7 @@ def _validate_slice(
     if not facts.logically_sliceable:
         return [
             Refusal(
-                f"{FIELD}.acceleratorSlicedMemoryPercentage",
+                f"{FIELD}.{SLICE_MEMORY}",
                 f"instance type {facts.name} does not offer logical slicing",
                 reasons.FORBIDDEN,
             )
@@ -322,8 +314,8 @@ def _validate_slice(
     refusals = [
         Refusal(f"{FIELD}.{key}", "must be between 0 and 100")
         for key, value in (
-            ("acceleratorSlicedMemoryPercentage", request.memory_percentage),
-            ("acceleratorSlicedCoresPercentage", request.cores_percentage),
+            (SLICE_MEMORY, request.memory_percentage),
+            (SLICE_CORES, request.cores_percentage),
         )
         if not 0 <= value <= 100
     ]
@@ -334,18 +326,18 @@ def _exactly_one_card(request: ResourceRequest, what: str) -> list[Refusal]:
     if request.accelerator is None or request.accelerator == 1:
         return []
     message = f"accelerator request must be exactly 1 for a {what} request"
-    return [Refusal(f"{FIELD}.accelerator", message)]
+    return [Refusal(f"{FIELD}.{ACCELERATOR}", message)]
 
 
 def _validate_shared(
     request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
 ) -> list[Refusal]:
-    at = f"{FIELD}.acceleratorShared"
+    at = f"{FIELD}.{SHARED}"
     if request.accelerator is not None:
         return [
             Refusal(
-                f"{FIELD}.accelerator",
-                "accelerator and acceleratorShared are mutually exclusive; clear accelerator",
+                f"{FIELD}.{ACCELERATOR}",
+                f"{ACCELERATOR} and {SHARED} are mutually exclusive; clear {ACCELERATOR}",
                 reasons.FORBIDDEN,
             )
         ]
@@ -374,7 +366,7 @@ def _validate_shared(
 def _validate_whole(
     request: ResourceRequest, facts: InstanceTypeFacts, dialect: Dialect
 ) -> list[Refusal]:
-    at = f"{FIELD}.accelerator"
+    at = f"{FIELD}.{ACCELERATOR}"
     accelerator = request.accelerator if request.accelerator is not None else Fraction(1)
     if accelerator < 0:
         return [Refusal(at, "accelerator request cannot be negative")]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from functions.core import quantity
-from functions.core.modes import Claim, Mode
+from functions.core.modes import MODES, Claim, Mode
 
 # The device-plugin resource base of each manufacturer (reference §5.3); others: `<m>.com/gpu`.
 BASES = {
@@ -36,14 +36,16 @@ BASES = {
 # How a manufacturer names a hardware partition in its resource keys.
 PARTITION_KINDS = {"nvidia": "mig", "thead": "mig", "hygon": "mig"}
 
-SHARED = ".shared"
-SLICED = ".sliced"
-SLICED_MEMORY_PERCENTAGE = ".sliced.memory-percentage"
-SLICED_MEMORY_MIB = ".sliced.memory-mib"
-SLICED_CORES_PERCENTAGE = ".sliced.cores-percentage"
-SLICED_UNITS = ".sliced.units"
-PARTITIONED = ".partitioned"
-PARTITIONED_UNITS = ".partitioned.units"
+# A mode's keys are its suffix on the base (core/modes.py); a slice and a partition also say
+# what they are on keys of their own, and carry their credits on `.units`.
+_SLICE, _PARTITION = MODES[Mode.SLICED], MODES[Mode.PARTITIONED]
+SLICED, SLICED_UNITS = _SLICE.suffix, _SLICE.charged_suffix
+SLICED_MEMORY_PERCENTAGE = f"{SLICED}.memory-percentage"
+SLICED_MEMORY_MIB = f"{SLICED}.memory-mib"
+SLICED_CORES_PERCENTAGE = f"{SLICED}.cores-percentage"
+PARTITIONED, PARTITIONED_UNITS = _PARTITION.suffix, _PARTITION.charged_suffix
+# The modes keyed by a count of cards alone, the most specific first (shared, then whole).
+_COUNTED = tuple(spec for spec in reversed(tuple(MODES.values())) if not spec.one_card)
 
 _BY_BASE = {base: manufacturer for manufacturer, base in BASES.items()}
 _OTHER_BASE = re.compile(r"^(?P<manufacturer>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.com/gpu")
@@ -93,11 +95,10 @@ def split(key: str) -> tuple[str, str] | None:
 
 def encode(manufacturer: str, claim: Claim) -> dict[str, str]:
     """The accelerator keys on the container that holds `claim` (none for `Mode.NONE`)."""
+    spec = MODES.get(claim.mode)
+    if spec is None:
+        return {}
     base = base_of(manufacturer)
-    if claim.mode is Mode.EXCLUSIVE:
-        return {base: str(claim.cards)}
-    if claim.mode is Mode.SHARED:
-        return {base + SHARED: str(claim.cards)}
     if claim.mode is Mode.SLICED:
         keys = {base + SLICED: "1"}
         if claim.memory_percentage:
@@ -113,7 +114,7 @@ def encode(manufacturer: str, claim: Claim) -> dict[str, str]:
             partition_key(manufacturer, claim.profile): "1",
             base + PARTITIONED_UNITS: quantity.format_decimal(claim.units),
         }
-    return {}
+    return {base + spec.suffix: str(claim.cards)}  # a count of cards: whole, or a share on each
 
 
 def decode(keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
@@ -154,8 +155,7 @@ def _claim(suffixes: Mapping[str, int], profile: str) -> Claim | None:
             units=suffixes.get(SLICED_UNITS, 0),
         )
         return claim
-    if suffixes.get(SHARED):
-        return Claim(Mode.SHARED, suffixes[SHARED])
-    if suffixes.get(""):
-        return Claim(Mode.EXCLUSIVE, suffixes[""])
+    for spec in _COUNTED:
+        if suffixes.get(spec.suffix):
+            return Claim(spec.mode, suffixes[spec.suffix])
     return None

@@ -1,6 +1,6 @@
 """instancetype: a pool's ClusterQueue, its LocalQueue entrance in every namespace, and status.
 
-The status shows the four accelerator views and the CPU view summed from the pool's node
+The status shows an accelerator view per sharing mode and the CPU view summed from the pool's node
 summaries (one ConfigMap per node, which the devices handler publishes), the detail of the hardware behind it, what it offers an Instance, and the strings
 `kubectl get instancetypes` prints. A custom InstanceType with the same identity as a derived
 one reads the same nodes.
@@ -9,7 +9,6 @@ one reads the same nodes.
 from __future__ import annotations
 
 import datetime
-from dataclasses import replace
 from fractions import Fraction
 
 from functions.core import apis, labels, names, quantity, reasons
@@ -105,9 +104,6 @@ def compose(request: Request) -> Desired:
     draining = HOLD_AND_DRAIN in (stop_policy, queue_stop_policy(observed_queue))
     reserved = reserved_cpu(observed_queue, desired)
     views = pool_views(pool, nodes, settings.mixed_on_node, reserved, draining)
-    offers = type_status.offers(pool, views, settings.dialect)
-    if pool.acceleratable:
-        views = replace(views, accelerators=views.accelerators.offering(offers.modes))
 
     groups = resource_groups(pool, flavors, pool_manufacturer(pool, nodes))
     warn_flavors_left_out(desired, flavors_left_out(pool, flavors))
@@ -121,15 +117,14 @@ def compose(request: Request) -> Desired:
         key = f"localqueue-{namespace}"
         desired.compose(key, local_queue(request.xr.name, namespace), request.observed(key))
     phase, message = queue_phase(observed_queue)
-    desired.status = type_status.write(
+    desired.status = type_status.publish(
+        pool,
+        views,
+        settings.dialect,
         phase=phase,
         message=message,
         entrance=names.entrance(request.xr.name),
-        views=views,
-        detail=type_status.detail(pool, views),
-        offers=offers,
         unit=unit_display(request.xr.view("spec").to_dict()),
-        acceleratable=pool.acceleratable,
     )
     return desired
 

@@ -155,7 +155,7 @@ def _mode(value: int, at: str) -> Mode:
     try:
         return Mode(value)
     except ValueError:
-        raise StatusError(at, f"must be 0..4, got {value}") from None
+        raise StatusError(at, f"must be 0..{max(Mode).value}, got {value}") from None
 
 
 def _profile_counts(rows: Any, at: str) -> dict[str, int]:

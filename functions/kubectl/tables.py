@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from functions.core.columns import kubectl_table
+from functions.kubectl.columns import kubectl_table
 from functions.kubectl.fleet import Card, Fleet, Holder, Node
 
 CARD_COLUMNS = ["NODE", "GPU", "PRODUCT", "MODE", "HOLDERS", "FREE MEM", "FREE CORES", "MIG"]

@@ -1,22 +1,22 @@
 """`InstanceType.status`: written by the instancetype handler, read by the instance handler.
 
-What people read (the four views, the CPU view, `detail`, the printer-column `display`) and what
-an Instance needs (`offers`: the hardware a request is sized against, the sharing modes the pool
-offers, the partition profiles, the request bounds) are both here, under version 2. Release
-0.1.0 (version 1, no `version` field) published the Instance's figures in `detail`,
-`largestNodeCards` and `largestNodeCores`; the reader still takes them.
+What people read (a view per sharing mode, the CPU view, `detail`, the printer-column
+`display`) and what an Instance needs (`offers`: the hardware a request is sized against, the
+sharing modes the pool offers, the partition profiles, the request bounds) are both here, under
+version 2. Release 0.1.0 (version 1, no `version` field) published the Instance's figures in
+`detail`, `largestNodeCards` and `largestNodeCores`; the reader still takes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 from functions.core import mig, names, quantity
 from functions.core.dialects import DIALECTS, Dialect
-from functions.core.modes import TAKEN, Mode
+from functions.core.modes import MODES, Mode
 from functions.core.pools import PoolKey, PoolViews
 from functions.core.quantity import MIB, QuantityError
 from functions.core.requests import InstanceTypeFacts
@@ -56,6 +56,34 @@ class Offers:
 # --- writer -----------------------------------------------------------------------------------
 
 
+def publish(
+    pool: PoolKey,
+    views: PoolViews,
+    dialect: Dialect,
+    *,
+    phase: str,
+    message: str,
+    entrance: str,
+    unit: str,
+) -> dict[str, Any]:
+    """The status of an InstanceType of `pool`, its views summed: what it offers an Instance
+    under the cluster's device plugin, each mode it does not offer reading 0/0. The
+    instancetype handler publishes it; `gpustack-fn demo` prints its printer columns."""
+    offered = offers(pool, views, dialect)
+    if pool.acceleratable:
+        views = replace(views, accelerators=views.accelerators.offering(offered.modes))
+    return write(
+        phase=phase,
+        message=message,
+        entrance=entrance,
+        views=views,
+        detail=detail(pool, views),
+        offers=offered,
+        unit=unit,
+        acceleratable=pool.acceleratable,
+    )
+
+
 def write(
     *,
     phase: str,
@@ -73,10 +101,7 @@ def write(
         "version": VERSION,
         "phase": phase,
         "entrance": entrance,
-        "accelerator": accelerators.exclusive.as_status(),
-        "acceleratorShared": accelerators.shared.as_status(),
-        "acceleratorSliced": accelerators.sliced.as_status(),
-        "acceleratorPartitioned": accelerators.partitioned.as_status(),
+        **{spec.view: accelerators[mode].as_status() for mode, spec in MODES.items()},
         "nodes": len(views.members),
         "offers": offers.as_status(),
         "display": {
@@ -108,24 +133,29 @@ def offers(pool: PoolKey, views: PoolViews, dialect: Dialect = DEFAULT_DIALECT) 
         return bounds
     a_key = pool.a_key
     first = covered[0].facts[a_key]
-    modes = [Mode.EXCLUSIVE, Mode.SHARED]
-    if any(n.groups[a_key].logical_cards for n in covered):
-        modes.append(Mode.SLICED)
     partitioned = next((n for n in covered if n.groups[a_key].partition_capacity), None)
     profiles = partitioned.facts[a_key].profiles if partitioned else ()
     profiles = tuple(p for p in profiles if dialect.charges(p.name, p.credits))
-    if profiles:
-        modes.append(Mode.PARTITIONED)
+    offered = _offered(
+        sliceable=any(n.groups[a_key].logical_cards for n in covered), partitionable=bool(profiles)
+    )
     expressible = dialect.modes(first.manufacturer)
     return Offers(
         manufacturer=first.manufacturer,
         card_memory_mib=first.memory_mib,
-        modes=tuple(mode for mode in modes if mode in expressible),
+        modes=tuple(mode for mode in offered if mode in expressible),
         profiles=tuple((p.name, p.memory_mib, p.credits) for p in profiles),
         largest_node_cards=bounds.largest_node_cards,
         largest_node_cores=bounds.largest_node_cores,
         cpu_capacity=bounds.cpu_capacity,
     )
+
+
+def _offered(sliceable: bool, partitionable: bool) -> tuple[Mode, ...]:
+    """The modes a pool's cards offer, in the table's order: whole cards and shares on every
+    card; slices where a card slices logically; partitions where one has chargeable profiles."""
+    needs = {Mode.SLICED: sliceable, Mode.PARTITIONED: partitionable}
+    return tuple(mode for mode in MODES if needs.get(mode, True))
 
 
 def detail(pool: PoolKey, views: PoolViews) -> dict[str, Any]:
@@ -267,16 +297,12 @@ def _v1_offers(status: Any) -> Offers:
             for i, p in enumerate(read_list(physical.get("profiles"), at))
         )
     )
-    modes = [Mode.EXCLUSIVE, Mode.SHARED]
-    if read_int(logical.get("count"), "status.detail.slicedDetail.logical.count") > 0:
-        modes.append(Mode.SLICED)
-    if profiles:
-        modes.append(Mode.PARTITIONED)
+    logical_count = read_int(logical.get("count"), "status.detail.slicedDetail.logical.count")
     cpu = read_object(status.get("cpu"), "status.cpu")
     return Offers(
         manufacturer=read_str(detail.get("manufacturer"), "status.detail.manufacturer"),
         card_memory_mib=card_mib,
-        modes=tuple(m for m in TAKEN if m in modes),
+        modes=_offered(sliceable=logical_count > 0, partitionable=bool(profiles)),
         profiles=profiles,
         largest_node_cards=read_int(status.get("largestNodeCards"), "status.largestNodeCards"),
         largest_node_cores=read_int(status.get("largestNodeCores"), "status.largestNodeCores"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from functions.core import labels
-from functions.core.modes import Claim, Mode
+from functions.core.modes import MODES, Claim
 from functions.views import View
 
 Expression = dict[str, object]
@@ -41,7 +41,8 @@ def flavor_expressions(node_labels: Mapping[str, str], flavors: list[View]) -> l
 
 
 def card_count_expressions(claim: Claim, accelerator_key: str) -> list[Expression]:
-    if claim.mode not in (Mode.EXCLUSIVE, Mode.SHARED) or claim.cards < 2 or not accelerator_key:
+    spec = MODES.get(claim.mode)  # a mode that counts cards, not one that lives on one card
+    if spec is None or spec.one_card or claim.cards < 2 or not accelerator_key:
         return []
     key = f"{labels.accelerator_key_label(accelerator_key)}.count"
     return [{"key": key, "operator": "Gt", "values": [str(claim.cards - 1)]}]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from functions.core import apis, labels, names, resources
 from functions.core.dialects import DEFAULT, DIALECTS, Dialect
-from functions.core.modes import Claim, Mode
+from functions.core.modes import MODES, Claim, Mode
 from functions.core.requests import Plan
 from functions.handlers.instance import pin
 from functions.views import View
@@ -201,20 +201,12 @@ def fit_affinity(inputs: PodInputs) -> dict | None:
 def fit_expressions(claim: Claim, key: str) -> list[dict]:
     """What the fit labels must say of one node for the claim to fit on its cards: without
     them a whole card is placed on a node whose cards are all held by shares or slices (the
-    plugin advertises `<base>` per card, whatever holds it) and the kubelet fails the Pod."""
-    if claim.mode is Mode.EXCLUSIVE:
-        return [
-            {"key": labels.EXCLUSIVE_FIT + key, "operator": "Gt", "values": [str(claim.cards - 1)]}
-        ]
-    if claim.mode is Mode.SLICED:
-        return [
-            {"key": labels.SLICED_FIT + key, "operator": "Gt", "values": [str(claim.units - 1)]}
-        ]
-    if claim.mode is Mode.SHARED and claim.cards >= 2:
-        return [
-            {"key": labels.SHARED_FIT + key, "operator": "Gt", "values": [str(claim.cards - 1)]}
-        ]
-    return []
+    plugin advertises `<base>` per card, whatever holds it) and the kubelet fails the Pod.
+    The mode's fit label says the most of the claim's count (cards, or units) a node can take."""
+    spec = MODES.get(claim.mode)
+    if spec is None or not spec.fit or spec.count(claim) < spec.fit_from:
+        return []
+    return [{"key": spec.fit + key, "operator": "Gt", "values": [str(spec.count(claim) - 1)]}]
 
 
 def render_service(spec: View, name: str, namespace: str) -> dict | None:

@@ -1,0 +1,75 @@
+"""The table of sharing modes is whole: every layer has a rule for each mode it lists, and what
+the API spells per mode (the XRDs' fields, views, printer column and enum) is what it says."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from functions.core import labels, ledger, pools, requests
+from functions.core.ledger import GroupSummary
+from functions.core.modes import MODES, NO_CLAIM, SHARE, Claim, D, Mode
+from tests.conftest import ROOT
+
+
+def xrd(name: str) -> dict:
+    return yaml.safe_load((ROOT / "compositions" / "xrds" / f"{name}.yaml").read_text())
+
+
+def schema(name: str) -> dict:
+    return xrd(name)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        ledger._TAKE,
+        pools._VIEWS,
+        {m: r for m, r in requests._VALIDATE.items() if m is not Mode.NONE},
+    ],
+    ids=["how a card takes it", "how its view is summed", "how its request is validated"],
+)
+def test_every_layer_has_a_rule_for_each_mode_of_the_table(rules):
+    assert list(rules) == list(MODES)
+
+
+def test_the_instancetype_column_names_each_modes_view_in_the_tables_order():
+    columns = xrd("instancetype")["spec"]["versions"][0]["additionalPrinterColumns"]
+    abbreviations = "/".join(spec.abbreviation for spec in MODES.values())
+    assert f"ACCELERATOR({abbreviations})" in [c["name"] for c in columns]
+
+
+def test_the_instancetype_status_has_a_view_for_each_mode():
+    status = schema("instancetype")["properties"]["status"]["properties"]
+    assert all(spec.view in status for spec in MODES.values())
+
+
+def test_the_instance_asks_for_each_mode_by_the_fields_the_table_names():
+    resources = schema("instance")["properties"]["spec"]["properties"]["resources"]["properties"]
+    assert all(name in resources for spec in MODES.values() for name in spec.fields)
+
+
+def test_a_devices_allocation_names_the_modes_of_the_table():
+    spec = schema("devices")["properties"]["spec"]["properties"]
+    mode = spec["allocations"]["items"]["properties"]["mode"]
+    assert mode["enum"] == [m.title for m in MODES]
+
+
+def test_the_devices_handler_writes_a_fit_label_for_every_mode_with_one():
+    written = labels.fit_labels("a", GroupSummary())
+    assert sorted(written) == sorted(spec.fit + "a" for spec in MODES.values() if spec.fit)
+
+
+@pytest.mark.parametrize(
+    "claim, credits",
+    [
+        (NO_CLAIM, 0),
+        (Claim(Mode.EXCLUSIVE, 2), 2 * D),
+        (Claim(Mode.SHARED, 3), 3 * SHARE),
+        (Claim(Mode.SLICED, 1, memory_percentage=20, units=320_000), 320_000),
+        (Claim(Mode.PARTITIONED, 1, profile="3g.40gb", units=800_000), 800_000),
+    ],
+    ids=["no card", "two whole cards", "three shares", "a 20 % slice", "a 3g.40gb partition"],
+)
+def test_one_credit_rule_prices_every_mode(claim, credits):
+    assert claim.credits == credits
