@@ -21,6 +21,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
+	$(BIN)/vulture  # unused names: paths and allow-list in pyproject.toml
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/ci.yml
 
 format: $(STAMP)

@@ -16,7 +16,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -345,13 +345,3 @@ class ControlPlane:
                 return r.status == 200
 
         wait_until("kwok", serving, log=process.log, alive=process.alive)
-
-
-@contextlib.contextmanager
-def control_plane(root: Path, kwok_stages: Sequence[dict[str, Any]]) -> Iterator[ControlPlane]:
-    plane = ControlPlane(root, kwok_stages)
-    try:
-        plane.start()
-        yield plane
-    finally:
-        plane.stop()

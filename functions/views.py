@@ -10,7 +10,7 @@ lets tests and the simulator call a handler's rules with dicts, never building a
 from __future__ import annotations
 
 import builtins  # annotations inside View: its methods `str` and `bool` shadow the builtins
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -150,7 +150,7 @@ class ListView:
         if isinstance(values, struct_pb2.ListValue):
             self.list_value = values
             self._values: Sequence[Any] = values.values
-            self._unwrap = _unwrap
+            self._unwrap: Callable[[Any], Any] = _unwrap
         else:
             self._values = values
             self._unwrap = _wrap
@@ -188,7 +188,7 @@ class ListView:
 
     def to_list(self) -> list[Any]:
         if self.list_value is not None:
-            return [_value_data(value) for value in self.list_value.values]
+            return [_unwrap(value, True) for value in self.list_value.values]
         return [_data(value) for value in self]
 
 
@@ -207,10 +207,8 @@ def _whole(value: Any) -> bool:
 
 # What a field may hold, as the XRDs' structural schemas say it: a check and its words.
 OBJECT = ("an object", lambda value: isinstance(value, View))
-LIST = ("a list", lambda value: isinstance(value, ListView))
 STRING = ("a string", lambda value: isinstance(value, str))
 BOOLEAN = ("true or false", lambda value: isinstance(value, bool))
-WHOLE = ("a whole number", _whole)
 QUANTITY = (
     "a quantity such as 4, 500m or 16Gi",
     lambda value: isinstance(value, str) or _whole(value),
@@ -260,7 +258,9 @@ def message_of(value: Any) -> struct_pb2.Struct | struct_pb2.ListValue | None:
     return None
 
 
-def _unwrap(value: struct_pb2.Value) -> Any:
+def _unwrap(value: struct_pb2.Value, as_data: bool = False) -> Any:
+    """A Value as a view reads it: whole numbers as ints, objects and lists as views — or, with
+    `as_data`, as dicts and lists all the way down (`to_dict`: no view made on the way)."""
     kind = value.WhichOneof("kind")  # most frequent kinds first: this is the hot path
     if kind == "number_value":
         number = value.number_value
@@ -268,8 +268,10 @@ def _unwrap(value: struct_pb2.Value) -> Any:
     if kind == "string_value":
         return value.string_value
     if kind == "struct_value":
-        return StructView(value.struct_value)
+        return _struct_data(value.struct_value) if as_data else StructView(value.struct_value)
     if kind == "list_value":
+        if as_data:
+            return [_unwrap(item, True) for item in value.list_value.values]
         return ListView(value.list_value)
     if kind == "bool_value":
         return value.bool_value
@@ -277,24 +279,7 @@ def _unwrap(value: struct_pb2.Value) -> Any:
 
 
 def _struct_data(struct: struct_pb2.Struct) -> dict[str, Any]:
-    return {key: _value_data(value) for key, value in struct.fields.items()}
-
-
-def _value_data(value: struct_pb2.Value) -> Any:
-    """A Value as plain data, as `_data(_unwrap(value))` gives it (whole numbers as ints)."""
-    kind = value.WhichOneof("kind")
-    if kind == "number_value":
-        number = value.number_value
-        return int(number) if number.is_integer() else number
-    if kind == "string_value":
-        return value.string_value
-    if kind == "struct_value":
-        return _struct_data(value.struct_value)
-    if kind == "list_value":
-        return [_value_data(item) for item in value.list_value.values]
-    if kind == "bool_value":
-        return value.bool_value
-    return None
+    return {key: _unwrap(value, True) for key, value in struct.fields.items()}
 
 
 def _wrap(value: Any) -> Any:

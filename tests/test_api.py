@@ -377,7 +377,7 @@ def test_gpuclass_tolerations():
         {"key": "gpu", "value": "yes", "effect": "NoSchedule", "tolerationSeconds": 5},
     ]
     assert validate_xr(changed(whole, tolerations=tolerations)) == [
-        'spec.tolerations[0]: Invalid value: "object": an Exists toleration has no value',
+        'spec.tolerations[0]: Invalid value: "object": an Exists toleration has no value; drop it, or use Equal',
         'spec.tolerations[1]: Invalid value: "object": tolerationSeconds applies only with effect NoExecute',
     ]
 

@@ -130,11 +130,8 @@ def documented_edits() -> list[str]:
     return [line for block in blocks for line in block.splitlines() if line.startswith("sed ")]
 
 
-@pytest.mark.parametrize(
-    ("edit", "runtime_class"),
-    [("another class", "nvidia-cdi"), ("no class", None)],
-)
-def test_the_documented_edits_set_or_drop_the_runtime_class_and_nothing_else(edit, runtime_class):
+@pytest.mark.parametrize("runtime_class", ["nvidia-cdi", None], ids=["another class", "no class"])
+def test_the_documented_edits_set_or_drop_the_runtime_class_and_nothing_else(runtime_class):
     lines = documented_edits()
     assert len(lines) == 2, lines
     line = lines[0 if runtime_class else 1].replace("<name>", runtime_class or "")

@@ -214,6 +214,21 @@ def test_a_devices_object_it_cannot_read_is_named_and_skipped(tmp_path):
     assert "node-a10g" not in result.stdout and "node-t4-b" in result.stdout
 
 
+def test_a_devices_status_an_earlier_release_wrote_is_named_and_skipped(tmp_path):
+    objects = fixture_objects()
+    earlier = copy.deepcopy(objects[0])
+    earlier["status"]["version"] = 2
+    (tmp_path / "devices.yaml").write_text(yaml.safe_dump_all([earlier, *objects[1:]]))
+    result = CliRunner().invoke(main, ["nodes", "-f", str(tmp_path / "devices.yaml")])
+    assert result.exit_code == 0
+    assert result.stderr == (
+        "warning: Devices node-a10g: status.version: must be 3 or later, got 2: an earlier "
+        "release wrote this status, and the devices handler writes it afresh once it "
+        "reconciles the node; skipped\n"
+    )
+    assert "node-a10g" not in result.stdout and "node-t4-b" in result.stdout
+
+
 def test_a_node_the_handler_has_not_published_yet_reads_unknown(tmp_path):
     unpublished = copy.deepcopy(fixture_objects()[0])
     del unpublished["status"]
@@ -323,7 +338,7 @@ if __name__ == "__main__":
 def test_tables_are_laid_out_as_kubectls_tab_writer_lays_them_out(rows, printed):
     """The plugin's tables (the product's) and the simulated kubectl's (from cli-runtime's tab
     writer: minimum width 6, padding 3) agree, each written on its own."""
-    from functions.core.columns import kubectl_table
+    from functions.kubectl.columns import kubectl_table
     from functions.simulate.kubectl import tabwritten
 
     assert tabwritten(rows) == printed

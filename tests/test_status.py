@@ -1,8 +1,10 @@
-"""Status contracts: what one handler publishes, another reads — this release's and 0.1.0's."""
+"""Status contracts: what one handler publishes, another reads — this release's and 0.1.0's;
+and the Devices status, which people and `kubectl gpustack` read: the node summary's documents."""
 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,8 @@ from functions.core.pools import summarize_devices
 from functions.core.status import StatusError
 from functions.core.status import devices as devices_status
 from functions.core.status import instancetype as type_status
+from functions.core.status import summary as node_summary
+from tests.support.schemas import errors_of
 from tests.test_mig import MIG_3G_ON_GPU0, h100_node
 
 FIXTURES = Path(__file__).parent / "fixtures" / "status"
@@ -46,48 +50,64 @@ def test_a_summary_reads_back_as_it_was_published():
         True,
         224,
     )
-    assert status["version"] == 2
-    assert status["summary"]["display"] == "nvidia-h100-80gb-hbm3 5/8"
+    assert status["version"] == 3
+    assert status["display"] == "nvidia-h100-80gb-hbm3 5/8"
+
+
+def test_the_status_holds_the_documents_the_summary_config_map_holds_as_text():
+    parsed = parse_spec("node-h100", h100_node(3, [MIG_3G_ON_GPU0]))
+    ledger = build_ledger(parsed)
+    summary = summarize_devices(parsed, ledger=ledger)
+    status = devices_status.write(ledger, summary)
+    data = node_summary.write(summary)
+    assert status["summary"] == json.loads(data["summary"])
+    assert status["facts"] == json.loads(data["facts"])
+
+
+def reversed_keys(value):
+    """`value` with every object's keys in the opposite order (as another writer might)."""
+    if isinstance(value, dict):
+        return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+    if isinstance(value, list):
+        return [reversed_keys(item) for item in value]
+    return value
+
+
+def test_the_summary_reads_the_same_whatever_order_its_keys_are_in():
+    status = published("node-h100", h100_node(3, [MIG_3G_ON_GPU0]))
+    turned = {**status, "summary": reversed_keys(status["summary"])}
+    turned["facts"] = reversed_keys(status["facts"])
+    assert list(turned["summary"]) != list(status["summary"])
+    read, expected = (devices_status.read_summary("node-h100", s) for s in (turned, status))
+    assert (read.groups, read.facts, read.cpu) == (expected.groups, expected.facts, expected.cpu)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["v2 XRD", "legacy XRD"])
+def test_the_status_of_a_node_with_partitions_is_what_the_devices_xrd_holds(legacy):
+    """Nothing pruned and nothing refused: the API server keeps every figure the codec wrote."""
+    recording = fixture("devices-node-h100-mig-0.1.0.yaml")
+    devices = {key: recording[key] for key in ("apiVersion", "kind", "metadata", "spec")}
+    spec = parse_devices(devices)
+    ledger = build_ledger(spec)
+    devices["status"] = devices_status.write(ledger, summarize_devices(spec, ledger=ledger))
+    assert devices["status"]["summary"]["partitions"] and devices["status"]["facts"]["groups"]
+    assert errors_of(devices, legacy=legacy) == []
 
 
 @pytest.mark.parametrize(
     "name", ["devices-node-a10g-0.1.0.yaml", "devices-node-h100-mig-0.1.0.yaml"]
 )
-def test_a_devices_status_written_by_release_0_1_0_reads_as_this_release_computes_it(name):
+def test_a_devices_status_of_an_earlier_release_is_named_not_guessed_at(name):
     old = fixture(name)
     assert "version" not in old["status"]  # the stored contract, untouched
-    spec = parse_devices(old)
-    expected = summarize_devices(spec)
-    read = devices_status.read_summary(spec.node, old["status"])
-    assert read.groups == expected.groups
-    assert read.facts == expected.facts
-    assert read.cpu == expected.cpu
+    with pytest.raises(StatusError) as raised:
+        devices_status.read_summary(parse_devices(old).node, old["status"])
+    assert raised.value.field == "status.version"
+    assert raised.value.problem.startswith("must be 3 or later, got none: an earlier release")
 
 
-def test_release_0_1_0_named_counts_serve_without_the_packed_list():
-    old = fixture("devices-node-a10g-0.1.0.yaml")
-    for row in old["status"]["summary"]["groups"]:
-        del row["counts"]
-    read = devices_status.read_summary("node-a10g", old["status"])
-    slice_20 = read.groups["nvidia-a10g"]
-    assert (slice_20.free_cards, slice_20.free_slice_percent, slice_20.max_card_slice_units) == (
-        0,
-        80,
-        1_280_000,
-    )
-
-
-def test_counts_are_read_by_the_names_the_status_states_not_by_position():
-    status = published("node-h100", h100_node(3, [MIG_3G_ON_GPU0]))
-    group = status["summary"]["groups"][0]
-    names, counts = status["summary"]["countNames"], group["counts"]
-    # A later release reorders the figures and adds one: this reader still gets every figure.
-    status["summary"]["countNames"] = ["futureFigure", *reversed(names)]
-    group["counts"] = [7, *reversed(counts)]
-    expected = devices_status.read_summary(
-        "node-h100", published("node-h100", h100_node(3, [MIG_3G_ON_GPU0]))
-    )
-    assert devices_status.read_summary("node-h100", status).groups == expected.groups
+def test_a_devices_status_before_its_summary_was_published_reads_none():
+    assert devices_status.read_summary("node-a10g", {"groups": []}) is None
 
 
 @dataclass(frozen=True)
@@ -97,27 +117,42 @@ class Broken:
     field: str
 
 
-def _counts(status):
-    status["summary"]["groups"][0]["counts"] = status["summary"]["groups"][0]["counts"][:-1]
+def _a_figure_missing(status):
+    status["summary"]["groups"]["nvidia-a10g"].pop()
 
 
-def _text_count(status):
-    status["summary"]["groups"][0]["counts"][2] = "many"
+def _a_figure_that_is_text(status):
+    status["summary"]["groups"]["nvidia-a10g"][2] = "many"
 
 
-def _groups_object(status):
-    status["summary"]["groups"] = {"nvidia-a10g": {}}
+def _groups_a_list(status):
+    status["summary"]["groups"] = [status["summary"]["groups"]]
 
 
-def _no_names(status):
-    del status["summary"]["countNames"]
+def _other_facts(status):
+    status["facts"]["groups"]["nvidia-a10g"]["memoryMiB"] += 1
+
+
+def _no_facts(status):
+    del status["facts"]
+
+
+def _another_node(status):
+    status["summary"]["node"] = "node-t4-a"
+
+
+def _an_earlier_version(status):
+    status["version"] = 2
 
 
 BROKEN = [
-    Broken("a count missing", _counts, "status.summary.groups[0].counts"),
-    Broken("a count that is text", _text_count, "status.summary.groups[0].counts[2]"),
-    Broken("groups that are not a list", _groups_object, "status.summary.groups"),
-    Broken("version 2 without the count names", _no_names, "status.summary.countNames"),
+    Broken("a figure missing", _a_figure_missing, "status.summary"),
+    Broken("a figure that is text", _a_figure_that_is_text, "status.summary"),
+    Broken("groups that are a list", _groups_a_list, "status.summary"),
+    Broken("facts other than those the summary names", _other_facts, "status.facts"),
+    Broken("no facts", _no_facts, "status.facts"),
+    Broken("the summary of another node", _another_node, "status.summary.node"),
+    Broken("version 2", _an_earlier_version, "status.version"),
 ]
 
 

@@ -10,6 +10,7 @@ objects are read one by one, and name what is wrong.
 from __future__ import annotations
 
 import copy
+import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from functions import frame, pipeline, wire
 from functions.core.status import summary as node_summary
+from functions.core.status import vmnode
 from functions.handlers import gpuclass, inputs
 from functions.server import run_function
 from functions.simulate import load_documents
@@ -184,12 +186,39 @@ def test_a_projected_object_leaves_out_what_no_path_names():
     }
 
 
-def test_a_summary_and_its_facts_are_told_from_the_other_strings_by_how_they_begin(walkthrough):
+def in_another_order(found: dict) -> dict:
+    """A summary ConfigMap as a writer that orders no keys might write it: each text's keys
+    reversed, the summary naming the digest of the facts text as written."""
+    found = copy.deepcopy(found)
+    facts = json.loads(found["data"]["facts"])
+    facts_text = json.dumps(dict(reversed(facts.items())), separators=(",", ":"))
+    summary = json.loads(found["data"]["summary"])
+    summary["facts"] = node_summary.facts_digest(facts_text)
+    found["data"] = {
+        "summary": json.dumps(dict(reversed(summary.items())), separators=(",", ":")),
+        "facts": facts_text,
+    }
+    return found
+
+
+def test_a_summary_and_its_facts_are_told_from_the_other_strings_whatever_their_keys_order(
+    walkthrough,
+):
     for obj in walkthrough.values():
-        data = summary_of(obj)["data"]
-        assert data["summary"].startswith(node_summary.SUMMARY_START)
-        assert data["facts"].startswith(node_summary.FACTS_START)
-        assert not data["facts"].startswith(node_summary.SUMMARY_START)
+        for found in (summary_of(obj), in_another_order(summary_of(obj))):
+            data, metadata = found["data"], found["metadata"]
+            strings = [metadata["name"], metadata["namespace"], data["summary"], data["facts"]]
+            assert node_summary.summaries_among(strings) == [data["summary"]]
+            assert node_summary.facts_among(strings) == {data["facts"]}
+
+
+def test_a_vm_node_state_is_told_from_the_other_strings_whatever_its_keys_order():
+    allocatable = {"allocatable": {"nvidia.com/GA102GL_A10": "1"}}
+    state = vmnode.write(vmnode.of_node("node-a10g", {}, {}, allocatable))[vmnode.STATE_KEY]
+    turned = json.dumps(dict(reversed(json.loads(state).items())), separators=(",", ":"))
+    for text in (state, turned):
+        strings = ["node-a10g-gpustack-vm-node", "gpustack-system", text]
+        assert vmnode.states_among(strings) == [text]
 
 
 # --- pools read from the gathered strings -------------------------------------------------------
@@ -260,6 +289,7 @@ CASES: list[tuple[str, Change, bool]] = [
         True,
     ),
     ("facts missing", lambda s: [edited(s[0], "facts", None), *s[1:]], True),
+    ("each text's keys in another order", lambda s: [in_another_order(f) for f in s], False),
 ]
 
 

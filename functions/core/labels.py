@@ -7,26 +7,24 @@ queues and Pods carry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from functions.core import names, quantity
 from functions.core.devices import DevicesSpec
 from functions.core.ledger import GroupSummary
+from functions.core.modes import MODES, Mode
 
 # --- Kubernetes' own -------------------------------------------------------------------------
 OS = "kubernetes.io/os"
 ARCH = "kubernetes.io/arch"
 HOSTNAME = "kubernetes.io/hostname"
-DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"  # annotation
 
 # --- nodes: NFD features and the per-card fit labels ------------------------------------------
 MANAGED = "gpustack.ai/managed"
 ACCELERATABLE = "feature.gpustack.ai/acceleratable"
 GENERAL = "general.feature.gpustack.ai/"
 DEVICE = "acceleratable.feature.gpustack.ai/"
-SLICED_FIT = "sliced-max-free-units.fit.gpustack.ai/"
-SHARED_FIT = "shared-free-cards.fit.gpustack.ai/"
-EXCLUSIVE_FIT = "exclusive-free-cards.fit.gpustack.ai/"
+# (the per-card fit labels' prefixes are the modes' own: core/modes.py, `ModeSpec.fit`)
 NFD_NODE_NAME = "nfd.node.kubernetes.io/node-name"  # a NodeFeature's target node
 
 # --- pools, flavors, queues -------------------------------------------------------------------
@@ -132,13 +130,19 @@ def device_manager_labels(
     return labels
 
 
+# The figure of a node's group each mode's fit label carries, in the labels' order.
+_FIT_FIGURES: Mapping[Mode, Callable[[GroupSummary], int]] = {
+    Mode.SLICED: lambda summary: summary.max_card_slice_units,
+    Mode.SHARED: lambda summary: summary.cards_with_free_share,
+    Mode.EXCLUSIVE: lambda summary: summary.free_cards,
+}
+
+
 def fit_labels(a_key: str, summary: GroupSummary) -> dict[str, str]:
     """Per-card feasibility for the scheduler: the freest sliceable card, cards with a free
     share, and wholly free cards (a whole-card request; a card in MIG mode is never one)."""
     return {
-        f"{SLICED_FIT}{a_key}": str(summary.max_card_slice_units),
-        f"{SHARED_FIT}{a_key}": str(summary.cards_with_free_share),
-        f"{EXCLUSIVE_FIT}{a_key}": str(summary.free_cards),
+        f"{MODES[mode].fit}{a_key}": str(figure(summary)) for mode, figure in _FIT_FIGURES.items()
     }
 
 

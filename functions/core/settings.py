@@ -46,6 +46,8 @@ LIFECYCLE_TAINT_RULE = (
     "the node lifecycle's taints (node.kubernetes.io/..., node.cloudprovider.kubernetes.io/...) "
     "are never tolerated: a Pod on a lost or cordoned node must be evicted and placed again"
 )
+# Every toleration's, the Catalog's and a GPU class's alike (their XRDs say the same).
+EXISTS_VALUE_RULE = "an Exists toleration has no value; drop it, or use Equal"
 
 
 def _not_lifecycle(key: str) -> str:
@@ -70,7 +72,7 @@ class FlavorToleration(BaseModel):
     @model_validator(mode="after")
     def _exists_has_no_value(self) -> FlavorToleration:
         if self.operator == "Exists" and self.value:
-            raise ValueError("an Exists toleration has no value; drop it, or use Equal")
+            raise ValueError(EXISTS_VALUE_RULE)
         return self
 
     def toleration(self) -> dict[str, str]:

@@ -39,7 +39,7 @@ from typing import Any
 from functions import structs
 from functions.core import apis, checks, labels, names, quantity, reasons
 from functions.core.quantity import QuantityError
-from functions.core.settings import DNS_LABEL, Settings
+from functions.core.settings import DNS_LABEL, EXISTS_VALUE_RULE, Settings
 from functions.core.status import StatusError, vmnode
 from functions.core.status.vmnode import VmNode
 from functions.handlers import inputs
@@ -377,12 +377,12 @@ def read_states(request: Request) -> tuple[NodesRead, Problems]:
     """Every required VM node state, one per node, and what could not be read.
 
     From the strings gathered out of the request's bytes where that is exact — one state text
-    per object (told by how it begins), each readable, each of another node — else object by
-    object, which names what is wrong and leaves out what a caller that ignored the namespace
-    (Crossplane 1.x) handed over from elsewhere."""
+    per object (told by a key only it has), each readable, each of another node — else object
+    by object, which names what is wrong and leaves out what a caller that ignored the
+    namespace (Crossplane 1.x) handed over from elsewhere."""
     gathered = inputs.gathered_strings(request, STATES)
     if gathered is not None:
-        texts = [t for t in gathered.strings if t.startswith(vmnode.STATE_START)]
+        texts = vmnode.states_among(gathered.strings)
         states = _all_read(texts) if len(texts) == gathered.objects else None
         if states is not None and len({s.node for s in states}) == len(states):
             return NodesRead(states=states, objects=gathered.objects, resolved=True), []
@@ -483,17 +483,23 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 Problem = tuple[str, str]  # (field path, what is wrong and what to do)
 
+# The XRD's rules in its words (compositions/xrds/gpuclass.yaml), which the handler applies where
+# no API server does: offline render, and a rule at the schema's root before Crossplane 2.2
+# (tests/test_messages.py holds the two equal).
+NAME_RULE = (
+    "a GPUClass name is a DNS label of at most 63 characters: lowercase letters, digits and '-', "
+    "starting and ending with a letter or digit"
+)
+VGPU_PROFILE_RULE = "a vgpu class requires profile"
+PASSTHROUGH_RULE = "a passthrough class permits neither profile nor license"
+TOLERATION_SECONDS_RULE = "tolerationSeconds applies only with effect NoExecute"
+
 
 def _name_rule(gpu_class: View) -> Problem | None:
     name = gpu_class.name
     if len(name) <= names.LABEL_MAX and re.fullmatch(DNS_LABEL, name):
         return None
-    return (
-        "metadata.name",
-        "a GPUClass name is a DNS label of at most 63 characters: lowercase letters, digits "
-        f"and '-', starting and ending with a letter or digit (got {name!r}); create the class "
-        "under such a name",
-    )
+    return ("metadata.name", f"{NAME_RULE} (got {name!r}); create the class under such a name")
 
 
 def _mode_rule(gpu_class: View) -> Problem | None:
@@ -502,9 +508,9 @@ def _mode_rule(gpu_class: View) -> Problem | None:
     if mode not in ("passthrough", "vgpu"):
         return ("spec.mode", f"must be passthrough or vgpu, got {mode!r}")
     if mode == "vgpu" and not spec.str("profile"):
-        return ("spec.profile", "a vgpu class requires profile")
+        return ("spec.profile", VGPU_PROFILE_RULE)
     if mode == "passthrough" and (spec.has("profile") or spec.has("license")):
-        return ("spec", "a passthrough class permits neither profile nor license")
+        return ("spec", PASSTHROUGH_RULE)
     return None
 
 
@@ -555,9 +561,9 @@ def _tolerations_rule(gpu_class: View) -> Problem | None:
         if operator not in ("Exists", "Equal"):
             return (f"{at}.operator", f"must be Exists or Equal, got {operator!r}")
         if operator == "Exists" and toleration.str("value"):
-            return (at, "an Exists toleration has no value")
+            return (at, EXISTS_VALUE_RULE)
         if toleration.has("tolerationSeconds") and toleration.str("effect") != "NoExecute":
-            return (at, "tolerationSeconds applies only with effect NoExecute")
+            return (at, TOLERATION_SECONDS_RULE)
     return None
 
 

@@ -122,14 +122,14 @@ def _gathered_summaries(request: Request) -> list[NodeSummary] | None:
     that cannot be told exactly, and the objects are read one by one, which names what is wrong.
 
     A summary's text is told from the objects' other strings (names, uids, timestamps, facts
-    texts) by how it begins (`SUMMARY_START`), and gives its facts by digest. So this holds
+    texts) by a key only it has (`summaries_among`), and gives its facts by digest. So this holds
     only where there are as many such texts as objects, each readable, each of another node:
     one per object, as the devices handler writes them. (A hand-made ConfigMap could still
     pass: one whose `data.summary` is not a summary, but which holds one under another key.)"""
     gathered = gathered_strings(request)
     if gathered is None:
         return None
-    texts = [text for text in gathered.strings if text.startswith(node_summary.SUMMARY_START)]
+    texts = node_summary.summaries_among(gathered.strings)
     if len(texts) != gathered.objects:
         return None
     summaries = MEMO.read_texts(texts, gathered.strings)
@@ -155,7 +155,7 @@ def _named_after_their_nodes(summaries: Sequence[NodeSummary], strings: list[str
     named = {s.facts_id for s in summaries} - {""}
     if all(MEMO.facts.get(digest) in found for digest in named):  # the steady state
         return True
-    texts = {text for text in strings if text.startswith(node_summary.FACTS_START)}
+    texts = node_summary.facts_among(strings)
     return named <= {node_summary.facts_digest(text) for text in texts}
 
 
@@ -346,7 +346,7 @@ class _FactsByDigest(Mapping[str, str]):
     def __getitem__(self, digest: str) -> str:
         if digest not in self.known and not self.searched:
             self.searched = True
-            for text in {s for s in self.strings if s.startswith(node_summary.FACTS_START)}:
+            for text in node_summary.facts_among(self.strings):
                 self.known.setdefault(node_summary.facts_digest(text), text)
         return self.known[digest]
 

@@ -1,6 +1,8 @@
 """The node summary: what a pool needs from one node, published as one small object per node.
 
-Written by the devices handler, read by the pools (catalog, instancetype). A pool used to
+The one codec of a node summary: written by the devices handler, read by the pools (catalog,
+instancetype) from the node's ConfigMap and by `kubectl gpustack` from `Devices.status`, which
+carries the same two documents as objects (`documents`, `read_documents`). A pool used to
 require every full Devices object of its nodes (spec, per-card ledger and summary: 5-6 KiB a
 node with 8 cards) to read a few dozen figures from each; now it requires one ConfigMap per
 node holding only those figures (docs/performance.md has the bytes before and after).
@@ -31,6 +33,11 @@ node left out, named: every figure a whole number from 0 to `MAX_FIGURE` (a nega
 10**30 cards, would be summed into every pool's capacity as if true); the facts the one the
 summary names by digest; the ConfigMap named after the summary's node (`object_name`: a copy
 under another name, or one without metadata, is not its node's).
+
+Nothing read depends on the order of a document's keys (the writer sorts them, so equal
+summaries are equal texts, but no reader relies on it): where strings gathered from many objects
+at once are told apart without parsing them (functions/wire.py), `summaries_among` and
+`facts_among` look for a key only that document has, wherever it stands.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from functions.core import names
@@ -46,15 +53,15 @@ from functions.core.devices import Cpu
 from functions.core.ledger import GroupSummary
 from functions.core.pools import GroupFacts, NodeSummary, ProfileFacts
 from functions.core.status import StatusError, read_document
-from functions.core.status.devices import COUNT_FIELDS, COUNT_NAMES
 
 VERSION = 1
 SUMMARY_KEY, FACTS_KEY = "summary", "facts"
 SUMMARY_AT, FACTS_AT = f"data.{SUMMARY_KEY}", f"data.{FACTS_KEY}"
 RESOURCE_TYPE = "node-summary"  # the value of labels.RESOURCE_TYPE on every summary
-# How each text begins (keys are sorted, and these come first): a reader that gathers every
-# string of many objects at once (functions/wire.py) tells the summaries apart by it.
-SUMMARY_START, FACTS_START = '{"arch":', '{"cpu":'
+# A key only each document has (`gKey` is no facts' key, `cpu` no summary's), quoted and
+# followed by its colon: no JSON string value holds that unescaped, and no name, uid or
+# timestamp holds a quote. Searched for in C, a mark costs less than a `startswith` call.
+_SUMMARY_KEY_MARK, _FACTS_KEY_MARK = '"gKey":', '"cpu":'
 
 NAME_SUFFIX = "gpustack-summary"
 # The largest figure a summary may hold. The largest real one is a card's slice units (its
@@ -62,9 +69,37 @@ NAME_SUFFIX = "gpustack-summary"
 # still sum exactly in a status number (a double, exact to 2**53).
 MAX_FIGURE = 1 << 32
 
+# GroupSummary's figures by their published names.
+COUNT_FIELDS = {
+    "totalCards": "total_cards",
+    "cards": "cards",
+    "freeCards": "free_cards",
+    "freeShares": "free_shares",
+    "cardsWithFreeShare": "cards_with_free_share",
+    "logicalCards": "logical_cards",
+    "freeSlicePercent": "free_slice_percent",
+    "maxCardSlicePercent": "max_card_slice_percent",
+    "maxCardSliceUnits": "max_card_slice_units",
+    "partitionCapacity": "partition_capacity",
+    "partitionRemaining": "partition_remaining",
+}
 # The figures each version packs, in order; frozen once released (see the module docstring).
-LAYOUTS: dict[int, tuple[str, ...]] = {1: COUNT_NAMES}
-_ATTRS = tuple(COUNT_FIELDS[name] for name in COUNT_NAMES)
+LAYOUTS: dict[int, tuple[str, ...]] = {
+    1: (
+        "totalCards",
+        "cards",
+        "freeCards",
+        "freeShares",
+        "cardsWithFreeShare",
+        "logicalCards",
+        "freeSlicePercent",
+        "maxCardSlicePercent",
+        "maxCardSliceUnits",
+        "partitionCapacity",
+        "partitionRemaining",
+    ),
+}
+_ATTRS = tuple(COUNT_FIELDS[name] for name in LAYOUTS[VERSION])
 _FIELD_ORDER = tuple(GroupSummary.__dataclass_fields__)
 # This release's layout in GroupSummary's own field order: figures go in positionally.
 _POSITIONAL = _FIELD_ORDER[: len(_ATTRS)] == _ATTRS
@@ -74,9 +109,19 @@ _POSITIONAL = _FIELD_ORDER[: len(_ATTRS)] == _ATTRS
 
 
 def write(summary: NodeSummary) -> dict[str, str]:
-    """The ConfigMap's `data`: the figures every pool reads, and the hardware facts."""
-    facts = encode_facts(summary)
-    return {SUMMARY_KEY: encode(summary, facts_digest(facts)), FACTS_KEY: facts}
+    """The ConfigMap's `data`: the figures every pool reads, and the hardware facts, each
+    document as its compact text."""
+    return {key: _compact(document) for key, document in documents(summary).items()}
+
+
+def documents(summary: NodeSummary) -> dict[str, dict[str, Any]]:
+    """The summary's two documents by their keys (`summary`, `facts`): the ConfigMap holds
+    each as its text, `Devices.status` each as an object."""
+    facts = _facts_document(summary)
+    return {
+        SUMMARY_KEY: _summary_document(summary, facts_digest(_compact(facts))),
+        FACTS_KEY: facts,
+    }
 
 
 def object_name(node: str) -> str:
@@ -94,7 +139,7 @@ def _compact(document: Mapping[str, Any]) -> str:
     return json.dumps(document, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def encode(summary: NodeSummary, facts: str = "") -> str:
+def _summary_document(summary: NodeSummary, facts: str) -> dict[str, Any]:
     groups = sorted(summary.groups.items())
     document: dict[str, Any] = {
         "v": VERSION,
@@ -117,12 +162,12 @@ def encode(summary: NodeSummary, facts: str = "") -> str:
     }
     if partitions:
         document["partitions"] = partitions
-    return _compact(document)
+    return document
 
 
-def encode_facts(summary: NodeSummary) -> str:
+def _facts_document(summary: NodeSummary) -> dict[str, Any]:
     cpu = summary.cpu
-    document = {
+    return {
         "v": VERSION,
         "cpu": {
             "vendor": cpu.vendor,
@@ -132,7 +177,6 @@ def encode_facts(summary: NodeSummary) -> str:
         },
         "groups": {key: _facts_row(facts) for key, facts in sorted(summary.facts.items())},
     }
-    return _compact(document)
 
 
 def _facts_row(facts: GroupFacts) -> dict[str, Any]:
@@ -153,6 +197,39 @@ def _facts_row(facts: GroupFacts) -> dict[str, Any]:
 
 
 # --- reader -----------------------------------------------------------------------------------
+
+
+def summaries_among(strings: Iterable[str]) -> list[str]:
+    """The summary texts among strings gathered from many objects at once, in their order."""
+    return [text for text in strings if _SUMMARY_KEY_MARK in text]
+
+
+def facts_among(strings: Iterable[str]) -> set[str]:
+    """The facts texts among strings gathered from many objects at once."""
+    return {text for text in strings if _FACTS_KEY_MARK in text}
+
+
+def read_documents(summary: Any, facts: Any, at: str) -> NodeSummary:
+    """A summary published as its two documents rather than their texts (`Devices.status`
+    holds them so): read as their texts are, held to the same bounds and the facts to the
+    digest the summary names. A problem is named under `at` (`status`: `status.summary.cores`).
+    """
+    try:
+        return read(_text_of(summary, SUMMARY_AT), _text_of(facts, FACTS_AT))
+    except StatusError as error:
+        field = error.field.replace("data.", f"{at}.", 1)
+        raise StatusError(field, error.problem) from None
+
+
+def _text_of(document: Any, at: str) -> str | None:
+    if document is None:
+        return None if at == SUMMARY_AT else ""  # no facts: the summary names some, missing
+    if not isinstance(document, dict):
+        raise StatusError(at, f"must be an object, got {_shown(document)}")
+    try:
+        return _compact(document)
+    except (TypeError, ValueError) as error:  # a value YAML made that JSON has no word for
+        raise StatusError(at, f"must hold JSON values only: {error}") from None
 
 
 def read(text: Any, facts: Any = None) -> NodeSummary:
@@ -210,7 +287,7 @@ def _group(key: str, packed: Any, layout: tuple[str, ...], partitions: Any) -> G
     for index, value in enumerate(packed[: len(layout)]):
         if type(value) is not int or not 0 <= value <= MAX_FIGURE:
             _refuse_figure(f"{at}[{index}]", value)
-    if _POSITIONAL and layout == COUNT_NAMES and not partitions:
+    if _POSITIONAL and layout == LAYOUTS[VERSION] and not partitions:
         return GroupSummary(*packed[: len(layout)])
     counts: dict[str, Any] = dict.fromkeys(_FIELD_ORDER, 0)
     counts.update(

@@ -35,9 +35,15 @@ STATE_AT = f"data.{STATE_KEY}"
 RESOURCE_TYPE = "vm-node"  # the value of labels.RESOURCE_TYPE on every VM node state
 NAME_SUFFIX = "gpustack-vm-node"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")  # the taints that keep a VMI off a node
-# How a state's text begins (keys are sorted, and this one comes first): a reader that gathers
-# every string of many objects at once tells the states apart by it.
-STATE_START = '{"allocatable":'
+# A key every state has, quoted and followed by its colon, wherever it stands: a reader that
+# gathers every string of many objects at once tells the states apart by it (`states_among`).
+# No JSON string value holds it unescaped, and no name, uid or timestamp holds a quote.
+_STATE_KEY_MARK = '"allocatable":'
+
+
+def states_among(strings: Iterable[str]) -> list[str]:
+    """The state texts among strings gathered from many objects at once, in their order."""
+    return [text for text in strings if _STATE_KEY_MARK in text]
 
 
 @dataclass(frozen=True)

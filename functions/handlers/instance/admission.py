@@ -15,6 +15,11 @@ from functions.handlers.instance import volumes
 from functions.views import View
 
 PRIVILEGED_GATE = "instancePrivilegedAllowed"
+# The XRD's rules in its words (compositions/xrds/instance.yaml), which the handler applies where
+# no API server does: offline render, and a rule at the schema's root before Crossplane 2.2
+# (tests/test_messages.py holds the two equal).
+BOTH_VOLUMES_RULE = "cannot specify both ephemeral and persistent of volume"
+ONE_VOLUME_RULE = "either ephemeral or persistent of volume should be specified"
 
 
 def namespace_refusals(namespace: str, settings: Settings) -> list[Refusal]:
@@ -56,10 +61,9 @@ def workspace_refusals(spec: View) -> list[Refusal]:
     """`spec.volume`: exactly one of ephemeral (with a positive capacity) or persistent."""
     ephemeral, persistent = spec.has("volume", "ephemeral"), spec.has("volume", "persistent")
     if ephemeral and persistent:
-        return [Refusal("spec.volume", "cannot specify both ephemeral and persistent of volume")]
+        return [Refusal("spec.volume", BOTH_VOLUMES_RULE)]
     if not (ephemeral or persistent):
-        message = "either ephemeral or persistent of volume should be specified"
-        return [Refusal("spec.volume", message)]
+        return [Refusal("spec.volume", ONE_VOLUME_RULE)]
     if persistent:
         if spec.str("volume", "persistent", "name"):
             return []

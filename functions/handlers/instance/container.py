@@ -31,6 +31,12 @@ from functions.handlers.instance.outcome import (
 from functions.handlers.instance.pod import PodInputs, render_pod, render_service
 from functions.views import ListView, View, passed_on
 
+# The XRD's rule in its words (compositions/xrds/instance.yaml), which the handler applies
+# where no API server does: offline render (tests/test_messages.py holds the two equal).
+GPUS_RULE = (
+    "gpus are taken by the VirtualMachine runtime only; a Container takes its accelerators "
+    "through spec.resources: clear spec.gpus, or set spec.runtime to VirtualMachine"
+)
 # The RuntimeClass each manufacturer's container toolkit installs (T-Head's needs none).
 RUNTIME_CLASSES = {
     m: m for m in ("amd", "ascend", "cambricon", "hygon", "iluvatar", "metax", "mthreads", "nvidia")
@@ -91,11 +97,7 @@ def runtime_refusal(spec: View) -> Refusal | None:
     gpus = spec.get("gpus")
     if gpus is None or (isinstance(gpus, ListView) and not len(gpus)):
         return None
-    message = (
-        "gpus are taken by the VirtualMachine runtime only; a Container takes its accelerators "
-        "through spec.resources: clear spec.gpus, or set spec.runtime to VirtualMachine"
-    )
-    return Refusal("spec.gpus", message, reasons.INVALID_FOR_CONTAINER)
+    return Refusal("spec.gpus", GPUS_RULE, reasons.INVALID_FOR_CONTAINER)
 
 
 def privileged_cards_refusal(dialect: Dialect) -> Refusal | None:

@@ -28,6 +28,12 @@ from functions.handlers.instance.outcome import Waiting
 from functions.views import View
 
 MAX_UNITS = 1024
+# The XRD's rules in its words (compositions/xrds/instance.yaml), which the handler applies where
+# no API server does: offline render, and a rule at the schema's root before Crossplane 2.2
+# (tests/test_messages.py holds the two equal).
+ONE_KIND_RULE = "a gpus list contains either class entries or raw name entries, never both"
+ONE_SELECTOR_RULE = "an entry selects exactly one of className and name"
+COUNT_RULE = "count belongs to class entries only"
 
 
 def class_requirements() -> dict[str, Requirement]:
@@ -155,8 +161,7 @@ def entry_refusals(entries: list[View], at: str) -> list[Refusal]:
     """The XRD's rules on the entries, for offline render and Crossplane before 2.2."""
     has_class = [e.has("className") for e in entries]
     if any(has_class) and not all(has_class):
-        message = "a gpus list contains either class entries or raw name entries, never both"
-        return [Refusal(at, message, reasons.INVALID_GPUS)]
+        return [Refusal(at, ONE_KIND_RULE, reasons.INVALID_GPUS)]
     refusals = []
     for index, entry in enumerate(entries):
         refusal = entry_refusal(entry, f"{at}[{index}]")
@@ -167,11 +172,10 @@ def entry_refusals(entries: list[View], at: str) -> list[Refusal]:
 
 def entry_refusal(entry: View, at: str) -> Refusal | None:
     if entry.has("className") == entry.has("name"):
-        message = "an entry selects exactly one of className and name"
-        return Refusal(at, message, reasons.INVALID_GPUS)
+        return Refusal(at, ONE_SELECTOR_RULE, reasons.INVALID_GPUS)
     if not entry.has("className"):
         if entry.has("count"):
-            return Refusal(at, "count belongs to class entries only", reasons.INVALID_GPUS)
+            return Refusal(at, COUNT_RULE, reasons.INVALID_GPUS)
         return None
     name = entry.str("className")
     if len(name) > names.LABEL_MAX or not re.fullmatch(DNS_LABEL, name):

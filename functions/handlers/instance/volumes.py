@@ -34,6 +34,10 @@ HOST_PATH_TYPES = (
 )
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 HOST_PATH_GATE = "instanceHostPathVolumeAllowed"
+# The XRD's rules in its words (compositions/xrds/instance.yaml), which the handler applies where
+# no API server does: offline render, and a rule at the schema's root before Crossplane 2.2
+# (tests/test_messages.py holds the two equal).
+ONE_SOURCE_RULE = "exactly one of persistent, configMap, secret or hostPath must be set"
 
 
 def _climbs(path: str) -> bool:
@@ -111,10 +115,7 @@ def source_refusals(at: str, volume: View) -> list[Refusal]:
     sources = [s for s in SOURCES if volume.has(s)]
     if len(sources) == 1:
         return []
-    message = (
-        f"exactly one of persistent, configMap, secret or hostPath must be set, got {len(sources)}"
-    )
-    return [Refusal(at, message)]
+    return [Refusal(at, f"{ONE_SOURCE_RULE}, got {len(sources)}")]
 
 
 def name_refusals(at: str, volume: View) -> list[Refusal]:
