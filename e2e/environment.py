@@ -9,14 +9,12 @@ ServiceAccount and role. Then each scenario's nodes register and their agents st
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -256,18 +254,6 @@ class Environment:
         self.plane.stop()
         if self.extender is not None:
             self.extender.stop()
-
-
-@contextlib.contextmanager
-def environment(
-    root: Path, device_plugin: str, crossplane: str = "CROSSPLANE"
-) -> Iterator[Environment]:
-    env = Environment(root, device_plugin, crossplane)
-    try:
-        env.start()
-        yield env
-    finally:
-        env.stop()
 
 
 def settle_devices(env: Environment, names: list[str]) -> None:

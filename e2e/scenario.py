@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from e2e.kube import Kubectl
+from e2e.kube import Kubectl, KubectlFailed
 
 STEP_TIMEOUT = 300.0
 QUIET_SECONDS = 45.0
@@ -131,7 +131,13 @@ class Player:
         deadline = time.monotonic() + timeout
         last, since = "", time.monotonic()
         while True:
-            printed = self.shown(step)
+            try:
+                printed = self.shown(step)
+            except KubectlFailed:  # the API server busy ("Timeout"): asked again, in time
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+                continue
             if printed != last:
                 last, since = printed, time.monotonic()
             if expected is not None and printed == expected:

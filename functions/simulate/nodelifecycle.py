@@ -11,7 +11,11 @@ What each does, as Kubernetes documents it (docs/reliability.md, "Node loss"):
   as a NoSchedule and a NoExecute taint with `timeAdded`; they go when the node is Ready again.
   A cordoned node (`spec.unschedulable`) gets `node.kubernetes.io/unschedulable` as a
   NoSchedule taint until it is uncordoned (TaintNodesByCondition).
-  The Pods on a node that is not Ready are marked not Ready (MarkPodsNotReady).
+  The Pods on a node it finds unreachable (Ready Unknown: the controller writes that itself
+  when the kubelet stops posting) are marked not Ready (MarkPodsNotReady, on that change of
+  the node's health). A kubelet that posts Ready False still posts its Pods' status: those stay
+  Ready. (The controller also marks a Pod that changes while its node is not Ready,
+  `processPod`: not played; on the real control plane nothing changes the running Pod.)
 - Zone disruption (`handleDisruption`, `ComputeZoneState`): nodes are grouped by zone
   (`topology.kubernetes.io/region` and `zone`; one zone where unlabelled). A zone with no Ready
   node is fully disrupted; one with more than two nodes not Ready, and at least 55 % of its
@@ -92,7 +96,7 @@ class NodeLifecycle:
         pods = self.api.list("Pod")
         for pod in pods:
             node = nodes.get(pod["spec"].get("nodeName", ""))
-            if node is not None and _ready(node) in ("False", "Unknown"):
+            if node is not None and _ready(node) == "Unknown":
                 self.mark_not_ready(pod)
             self.evict_if_due(pod, node)
         self.collect(self.api.list("Pod"), nodes)
