@@ -6,11 +6,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint format legacy kueue bench schemas clean package soak e2e
 
-$(STAMP): pyproject.toml
+# The product with its test tools, and the simulator, its own distribution (simulator/), both
+# editable from this checkout.
+$(STAMP): pyproject.toml simulator/pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11 or newer is needed")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]' -e ./simulator
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -115,4 +117,4 @@ package: $(STAMP)
 	@echo "push:  crossplane xpkg push --package-files=$$(ls $(OUTPUT)/function-gpustack-$(VERSION)-*.xpkg | paste -sd, -) $(IMAGE):$(VERSION)"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis $(OUTPUT)
+	rm -rf $(VENV) build *.egg-info simulator/build simulator/*.egg-info .pytest_cache .hypothesis $(OUTPUT)

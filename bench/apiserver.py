@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from functions.simulate.apiserver import merge
+from gpustack_sim.apiserver import merge
 
 # Lists whose items are merged by key (their Kubernetes listMapKeys), and lists that are sets;
 # every other list is atomic: one leaf.

@@ -1,7 +1,7 @@
 """The control plane through Kubernetes' Python client, by kind, as plain dicts: what the
 simulated node (e2e/node.py) and the stand-ins for what cannot run here (the device plugins,
 the GPU Operator's node labelling and GPU feature discovery) read and write, with the methods
-of the simulator's client they call (functions/simulate/client.py)."""
+of the simulator's client they call (simulator/gpustack_sim/client.py)."""
 
 from __future__ import annotations
 

@@ -26,11 +26,11 @@ from e2e.crossplane import Crossplane
 from e2e.extender import HamiExtender
 from e2e.kube import Kubectl, documents, eventually
 from e2e.node import SimulatedNode, plugins
-from functions.simulate import kube
-from functions.simulate.deviceplugin import cards_of
-from functions.simulate.gfd import GpuFeatureDiscovery
-from functions.simulate.gpuoperator import GpuOperator
-from functions.simulate.schemas import SCHEMAS_MISSING, schema_dir
+from gpustack_sim import kube
+from gpustack_sim.deviceplugin import cards_of
+from gpustack_sim.gfd import GpuFeatureDiscovery
+from gpustack_sim.gpuoperator import GpuOperator
+from gpustack_sim.schemas import SCHEMAS_MISSING, schema_dir
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 COMPOSITIONS = REPOSITORY / "compositions"
@@ -146,7 +146,7 @@ class Environment:
     def install_gpu_operator_crd(self) -> None:
         """The GPU Operator's ClusterPolicy CRD, so a scenario can apply its ClusterPolicy. The
         operator cannot run without GPUs: its node labelling and GPU feature discovery are
-        played with the nodes (functions/simulate/gpuoperator.py, gfd.py)."""
+        played with the nodes (simulator/gpustack_sim/gpuoperator.py, gfd.py)."""
         found = schema_dir()
         if found is None:
             raise RuntimeError(f"make e2e: {SCHEMAS_MISSING}")

@@ -4,7 +4,7 @@ HAMi schedules vGPUs as a kube-scheduler extender (its chart's scheduler config)
 ignores the resources the extender manages (`ignoredByScheduler`), asks it to filter the nodes
 for each Pod that asks for one of them (`filter`) and leaves the binding to it (`bind`), where
 it writes the cards it chose on the Pod before binding it. The choice is the simulator's
-stand-in for HAMi's rules (functions/simulate/hami.py, `HamiScheduler`); this module only
+stand-in for HAMi's rules (simulator/gpustack_sim/hami.py, `HamiScheduler`); this module only
 speaks the extender protocol (k8s.io/kube-scheduler/extender/v1: its types have no JSON tags,
 so the keys are the Go field names) and writes through the real API server.
 
@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from e2e.api import Api
-from functions.simulate.hami import MANAGED, HamiScheduler
+from gpustack_sim.hami import MANAGED, HamiScheduler
 
 FILTER, BIND = "filter", "bind"
 

@@ -30,8 +30,8 @@ from e2e.api import Api
 from functions.agent import podresources
 from functions.agent.agent import Agent, KubernetesApi
 from functions.agent.nvml import FakeNvml
-from functions.simulate import kube
-from functions.simulate.deviceplugin import (
+from gpustack_sim import kube
+from gpustack_sim.deviceplugin import (
     Allocate,
     Card,
     DevicePlugin,
@@ -39,8 +39,8 @@ from functions.simulate.deviceplugin import (
     Grant,
     cards_of,
 )
-from functions.simulate.hami import HamiPlugin
-from functions.simulate.nvidia import NvidiaPlugin
+from gpustack_sim.hami import HamiPlugin
+from gpustack_sim.nvidia import NvidiaPlugin
 
 CPU_VENDOR_IDS = {"AMD": "AuthenticAMD", "Intel": "GenuineIntel", "Hygon": "HygonGenuine"}
 

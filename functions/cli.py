@@ -17,6 +17,7 @@ import gc
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import click
@@ -34,6 +35,10 @@ WALKTHROUGH_DEVICES = WALKTHROUGH / "devices.yaml"
 WALKTHROUGH_SCENARIO = WALKTHROUGH / "scenario.yaml"
 INSTANCE_TYPE_XRD = REPOSITORY / "compositions" / "xrds" / "instancetype.yaml"
 BAD_INPUT = 2  # click's own status for a usage error
+SIMULATOR_MISSING = (
+    "the simulator is not installed: it is its own distribution, gpustack-sim, which the "
+    "function's image does not carry; from a checkout, run `pip install -e ./simulator`"
+)
 
 
 class BadInput(click.ClickException):
@@ -45,9 +50,23 @@ class BadInput(click.ClickException):
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     """The exceptions that mean the input is wrong, each with a message that says where."""
     from functions import render
-    from functions.simulate import ScenarioError
 
+    try:
+        from gpustack_sim import ScenarioError
+    except ImportError:  # no simulator here (the image): no scenario was played
+        return (documents.DocumentError, render.RenderError)
     return (documents.DocumentError, ScenarioError, render.RenderError)
+
+
+def _simulator() -> ModuleType:
+    """The simulator (simulator/, a distribution of its own), or one line on how to install it."""
+    try:
+        import gpustack_sim
+    except ModuleNotFoundError as missing:
+        if missing.name != "gpustack_sim":  # installed but broken: a bug, --debug shows where
+            raise
+        raise click.ClickException(SIMULATOR_MISSING) from None
+    return gpustack_sim
 
 
 class _Commands(click.Group):
@@ -140,7 +159,7 @@ def simulate(scenario: Path, dump_to: Path | None) -> None:
     validation; a refused write, or a key the format does not know, stops the scenario with
     one `Error:` line naming the file and line. See docs/scenarios.md.
     """
-    from functions.simulate import play
+    play = _simulator().play
 
     # A run of a few seconds that allocates millions of short-lived objects: what the imports
     # made is frozen out of the collector's sight, and it runs a tenth as often (7 % of the CPU).

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from functions.simulate import schemas, validation
-from functions.simulate.apiserver import (
+from gpustack_sim import schemas, validation
+from gpustack_sim.apiserver import (
     ALREADY_EXISTS,
     BAD_REQUEST,
     INVALID,
@@ -20,9 +20,9 @@ from functions.simulate.apiserver import (
     ApiServer,
     Refused,
 )
-from functions.simulate.client import Client
-from functions.simulate.garbagecollector import GarbageCollector
-from functions.simulate.store import Store
+from gpustack_sim.client import Client
+from gpustack_sim.garbagecollector import GarbageCollector
+from gpustack_sim.store import Store
 from tests.support.schemas import ROOT, documents, require_schemas
 
 WALKTHROUGH = ROOT / "examples" / "walkthrough"
@@ -683,7 +683,7 @@ def test_a_pod_is_bound_once_through_the_binding_subresource():
 
 
 def test_mutating_admission_changes_new_objects_of_its_kind_before_validation():
-    from functions.simulate.apiserver import Mutator
+    from gpustack_sim.apiserver import Mutator
 
     api = ApiServer(Store())
     gate = {"name": "kueue.x-k8s.io/admission"}

@@ -8,11 +8,14 @@
   keys it takes.
 - Every bad input of `gpustack-fn simulate`, `render` and `demo` ends in one `Error:` line
   naming the file and line, and what to do; exit status 2; a traceback only with `--debug`.
+- Where the simulator is not installed (the function's image), `simulate` says in one line how
+  to install it, and the other commands answer bad input as before.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +25,9 @@ import yaml
 from click.testing import CliRunner
 
 from functions import documents
-from functions.cli import main
-from functions.simulate.apiserver import BAD_REQUEST, STRICT, ApiServer, Refused
-from functions.simulate.store import Store
+from functions.cli import SIMULATOR_MISSING, main
+from gpustack_sim.apiserver import BAD_REQUEST, STRICT, ApiServer, Refused
+from gpustack_sim.store import Store
 from tests.support.schemas import ROOT
 
 WALKTHROUGH = ROOT / "examples" / "walkthrough"
@@ -270,6 +273,28 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch):
         result = CliRunner().invoke(main, args)
         assert result.exit_code != 0 and result.exception is not None
         assert 'unknown key "stpes"' in str(result.exception)
+
+
+# --- without the simulator -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_simulator(monkeypatch):
+    """`import gpustack_sim` fails as it does where the distribution is not installed."""
+    monkeypatch.setitem(sys.modules, "gpustack_sim", None)
+
+
+@pytest.mark.usefixtures("no_simulator")
+def test_simulate_without_the_simulator_says_how_to_install_it():
+    code, output = run("simulate", WALKTHROUGH / "scenario.yaml")
+    assert (code, one_error_line(output)) == (1, f"Error: {SIMULATOR_MISSING}")
+
+
+@pytest.mark.usefixtures("no_simulator")
+def test_render_without_the_simulator_still_refuses_bad_input_in_one_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text("kind: [\n")
+    code, output = run("render", tmp_path / "bad.yaml", PIPELINES / "catalog.yaml")
+    assert code == 2 and f"{tmp_path / 'bad.yaml'}:2: " in one_error_line(output), output
 
 
 # --- render and demo -------------------------------------------------------------------------------

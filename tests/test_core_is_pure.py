@@ -2,7 +2,8 @@
 
 The contracts (``[tool.importlinter]``) are the one statement of the layering: the core imports no
 gRPC, protobuf, SDK, NVML, Kubernetes client nor any outer layer; the served function never carries
-the offline tools; handlers never import the frame or the server; the agent stands apart.
+the offline tools; handlers never import the frame or the server; the agent stands apart; only
+the CLI imports the simulator, and the simulator imports the product's entry points only.
 ``make lint`` runs ``lint-imports`` too; this test keeps a bare ``pytest`` run honest.
 """
 

@@ -20,8 +20,8 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions import pipeline
 from functions.server import run_function
-from functions.simulate import World, load_documents, world_from
-from functions.simulate.store import Key
+from gpustack_sim import World, load_documents, world_from
+from gpustack_sim.store import Key
 from tests.support.schemas import ROOT
 
 WALKTHROUGH = ROOT / "examples" / "walkthrough"

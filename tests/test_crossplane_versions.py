@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from functions.simulate import validation
-from functions.simulate.schemas import KindSchema
+from gpustack_sim import validation
+from gpustack_sim.schemas import KindSchema
 from tests.support.schemas import ROOT, documents, require_schemas
 
 LEGACY = ["compositions/legacy/xrds", "compositions/legacy/pipelines"]

@@ -1,8 +1,9 @@
 """What `pip install function-gpustack` installs is what the code imports: every third-party
 module the package imports comes from a distribution pinned in pyproject.toml — the served
-function, the agent and the CLIs from `dependencies`, the simulator from those or its
-`simulate` extra. A module that is only there because something else happened to pull it in
-breaks the day that something stops (grpcio-reflection was such a module)."""
+function, the agent and the CLIs from `dependencies`; the simulator (gpustack-sim,
+simulator/pyproject.toml) from its own, or from the product's through its pin on the product.
+A module that is only there because something else happened to pull it in breaks the day that
+something stops (grpcio-reflection was such a module)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 from tests.support.schemas import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SIMULATOR = ROOT / "simulator"
+SIMULATOR_PYPROJECT = tomllib.loads((SIMULATOR / "pyproject.toml").read_text())
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>[^;\s]+)$")
 
 
@@ -40,7 +43,7 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name.partition(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.partition(".")[0])
-    return names - set(sys.stdlib_module_names) - {"functions", "__future__"}
+    return names - set(sys.stdlib_module_names) - {"functions", "gpustack_sim", "__future__"}
 
 
 def undeclared(paths: list[Path], declared: dict[str, str]) -> list[str]:
@@ -57,17 +60,22 @@ def undeclared(paths: list[Path], declared: dict[str, str]) -> list[str]:
 
 def test_every_module_the_package_imports_comes_from_a_pinned_dependency():
     served = pins(PYPROJECT["project"]["dependencies"])
-    package = ROOT / "functions"
-    paths = [p for p in sorted(package.rglob("*.py")) if "simulate" not in p.parts]
+    paths = sorted((ROOT / "functions").rglob("*.py"))
     assert undeclared(paths, served) == []
 
 
-def test_the_simulator_imports_only_dependencies_and_its_extra():
-    declared = pins(PYPROJECT["project"]["dependencies"]) | pins(
-        PYPROJECT["project"]["optional-dependencies"]["simulate"]
-    )
-    paths = sorted((ROOT / "functions" / "simulate").rglob("*.py"))
+def test_the_simulator_imports_only_its_dependencies_and_the_products():
+    declared = pins(SIMULATOR_PYPROJECT["project"]["dependencies"])
+    declared |= pins(PYPROJECT["project"]["dependencies"])  # through its pin on the product
+    paths = sorted((SIMULATOR / "gpustack_sim").rglob("*.py"))
+    assert paths
     assert undeclared(paths, declared) == []
+
+
+def test_the_simulator_pins_the_product_of_its_checkout():
+    """It drives the product beside it: its pin follows the product's version."""
+    simulator = pins(SIMULATOR_PYPROJECT["project"]["dependencies"])
+    assert simulator["function-gpustack"] == PYPROJECT["project"]["version"]
 
 
 def test_grpc_add_ons_are_pinned_to_grpcios_version():

@@ -3,7 +3,7 @@ simulated cluster with the NVIDIA GPU Operator's plugin and with HAMi.
 
 An 8×H100 node (two cards in MIG mode, one 3g.40gb made by the MIG manager) and two 1×L4
 nodes, one of them time-sliced. The stand-ins are the plugins' documented behaviour
-(functions/simulate/nvidia.py, hami.py); Kueue charges through the shipped configuration of
+(simulator/gpustack_sim/nvidia.py, hami.py); Kueue charges through the shipped configuration of
 each dialect; the node agent's real allocation join reads the plugins' device IDs.
 """
 
@@ -19,12 +19,12 @@ from functions.agent.agent import Agent, NodeFacts
 from functions.agent.nvml import FakeNvml
 from functions.agent.podresources import list_devices
 from functions.cli import main
-from functions.simulate import World, load_documents, world_from
-from functions.simulate.apiserver import ApiServer, Refused
-from functions.simulate.client import Client
-from functions.simulate.deviceplugin import Allocate, Card, Placement
-from functions.simulate.nvidia import NvidiaPlugin
-from functions.simulate.store import Store
+from gpustack_sim import World, load_documents, world_from
+from gpustack_sim.apiserver import ApiServer, Refused
+from gpustack_sim.client import Client
+from gpustack_sim.deviceplugin import Allocate, Card, Placement
+from gpustack_sim.nvidia import NvidiaPlugin
+from gpustack_sim.store import Store
 from tests.support.fake_kubelet import fake_kubelet
 from tests.support.schemas import ROOT
 
@@ -533,7 +533,7 @@ SANDBOX_ON = {"enabled": True, "defaultWorkload": "container"}
 def test_the_gpu_operator_labels_each_node_by_its_workload_config(
     labels, sandbox, present, deployed
 ):
-    from functions.simulate.gpuoperator import node_labels
+    from gpustack_sim.gpuoperator import node_labels
 
     found = node_labels(labels, sandbox)
     assert found.get("nvidia.com/gpu.present") == present
@@ -546,7 +546,7 @@ def test_the_gpu_operator_labels_each_node_by_its_workload_config(
 
 def test_the_gpu_operator_honours_a_state_label_already_set():
     """A state label the admin set (to keep one operand off, say) keeps its value."""
-    from functions.simulate.gpuoperator import node_labels
+    from gpustack_sim.gpuoperator import node_labels
 
     held = {**NFD_GPU, "nvidia.com/gpu.deploy.dcgm-exporter": "false"}
     assert node_labels(held, {})["nvidia.com/gpu.deploy.dcgm-exporter"] == "false"
@@ -889,7 +889,7 @@ def test_under_single_a_whole_card_request_gets_a_mig_device_and_under_none_a_ca
     ids=["none: no strategy label", "mixed", "single", "single, invalid"],
 )
 def test_gpu_feature_discovery_labels_the_product_and_the_mig_strategy(strategy, cards, labels):
-    from functions.simulate.gfd import gfd_labels
+    from gpustack_sim.gfd import gfd_labels
 
     devices = {
         "spec": {

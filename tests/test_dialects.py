@@ -25,10 +25,10 @@ from functions.core.ledger import AllocationRefused, CardLedger
 from functions.core.modes import PERCENT, SHARE, Claim, D, Mode
 from functions.core.quantity import GIB
 from functions.core.requests import InstanceTypeFacts, Plan, Refusal, plan
-from functions.simulate.apiserver import ApiServer
-from functions.simulate.client import Client
-from functions.simulate.kueue import Kueue
-from functions.simulate.store import Store
+from gpustack_sim.apiserver import ApiServer
+from gpustack_sim.client import Client
+from gpustack_sim.kueue import Kueue
+from gpustack_sim.store import Store
 from tests.support.schemas import ROOT
 
 GPUSTACK, NVIDIA, HAMI = (dialects.DIALECTS[n] for n in ("gpustack", "nvidia", "hami"))

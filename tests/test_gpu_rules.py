@@ -17,9 +17,9 @@ import yaml
 from functions.handlers import gpuclass
 from functions.handlers.base import Request
 from functions.handlers.instance import gpus
-from functions.simulate.apiserver import ApiServer, Refused
-from functions.simulate.store import Store
 from functions.views import DictView
+from gpustack_sim.apiserver import ApiServer, Refused
+from gpustack_sim.store import Store
 from tests.support.schemas import ROOT, documents
 from tests.test_render import render
 

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from functions.simulate import World, load_documents, world_from
-from functions.simulate.nodelifecycle import NodeLifecycle
+from gpustack_sim import World, load_documents, world_from
+from gpustack_sim.nodelifecycle import NodeLifecycle
 from tests.support.schemas import ROOT
 
 EXAMPLES = ROOT / "examples" / "gpuclass"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from functions.simulate import kube, validation
-from functions.simulate.schemas import KindSchema
+from gpustack_sim import kube, validation
+from gpustack_sim.schemas import KindSchema
 from tests.support.schemas import ROOT, documents, require_schemas
 
 AGENT = ROOT / "compositions" / "agent"

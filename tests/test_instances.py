@@ -12,8 +12,8 @@ import pytest
 
 from functions.handlers import instance as instance_handler
 from functions.handlers.base import Request
-from functions.simulate import World, load_documents, world_from
-from functions.simulate.apiserver import Refused
+from gpustack_sim import World, load_documents, world_from
+from gpustack_sim.apiserver import Refused
 from tests.support import schemas
 from tests.support.schemas import ROOT
 

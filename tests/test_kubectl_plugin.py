@@ -285,7 +285,7 @@ def test_the_fixtures_ledger_rows_are_what_the_core_ledger_writes_for_its_spec()
 
 def devices_after_section_3() -> list[dict]:
     """The walkthrough's Devices objects after §3, played by the simulator."""
-    from functions.simulate import load_documents, world_from
+    from gpustack_sim import load_documents, world_from
 
     world = world_from(
         [
@@ -339,7 +339,7 @@ def test_tables_are_laid_out_as_kubectls_tab_writer_lays_them_out(rows, printed)
     """The plugin's tables (the product's) and the simulated kubectl's (from cli-runtime's tab
     writer: minimum width 6, padding 3) agree, each written on its own."""
     from functions.kubectl.columns import kubectl_table
-    from functions.simulate.kubectl import tabwritten
+    from gpustack_sim.kubectl import tabwritten
 
     assert tabwritten(rows) == printed
     assert kubectl_table(rows[0], rows[1:]) == printed

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from functions.core.status import instancetype as type_status
-from functions.simulate import World, load_documents, world_from
-from functions.simulate.apiserver import Refused
+from gpustack_sim import World, load_documents, world_from
+from gpustack_sim.apiserver import Refused
 from tests.support import schemas
 from tests.support.schemas import ROOT
 from tests.support.vm_nodes import agent_devices

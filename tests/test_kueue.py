@@ -17,13 +17,13 @@ from functions.core import mig
 from functions.core.modes import Mode
 from functions.core.quantity import GIB
 from functions.core.requests import InstanceTypeFacts, Plan, plan
-from functions.simulate import kube, world_from
-from functions.simulate import kueue as simulated_kueue
-from functions.simulate.apiserver import ApiServer
-from functions.simulate.client import Client
-from functions.simulate.kueue import QUEUE_NAME as QUEUE
-from functions.simulate.kueue import Kueue
-from functions.simulate.store import Store
+from gpustack_sim import kube, world_from
+from gpustack_sim import kueue as simulated_kueue
+from gpustack_sim.apiserver import ApiServer
+from gpustack_sim.client import Client
+from gpustack_sim.kueue import QUEUE_NAME as QUEUE
+from gpustack_sim.kueue import Kueue
+from gpustack_sim.store import Store
 from tests.support.schemas import ROOT
 from tools import kueue as kueue_tool
 

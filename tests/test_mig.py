@@ -12,12 +12,12 @@ from functions.core.devices import Allocation, Placement, parse_spec
 from functions.core.ledger import CardLedger, build_ledger
 from functions.core.modes import Mode
 from functions.core.pools import accelerator_views, summarize_devices
-from functions.simulate import World
-from functions.simulate.apiserver import ApiServer
-from functions.simulate.client import Client
-from functions.simulate.deviceplugin import GpustackPlugin, cards_of
-from functions.simulate.nvidia import NvidiaPlugin
-from functions.simulate.store import Store
+from gpustack_sim import World
+from gpustack_sim.apiserver import ApiServer
+from gpustack_sim.client import Client
+from gpustack_sim.deviceplugin import GpustackPlugin, cards_of
+from gpustack_sim.nvidia import NvidiaPlugin
+from gpustack_sim.store import Store
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -165,7 +165,7 @@ def test_cards_without_a_mig_table_are_not_partitionable():
 #
 # The node keys of reference §2.6 and §6: each profile counts its partitions held plus its free
 # placements, `<base>.partitioned` the partitions held plus the largest free count of one
-# profile. The stand-ins (functions/simulate/deviceplugin.py, nvidia.py) judged against them.
+# profile. The stand-ins (simulator/gpustack_sim/deviceplugin.py, nvidia.py) judged against them.
 
 PER_CARD = 1_600_000
 PARTITIONED = "nvidia.com/gpu.partitioned"

@@ -1,6 +1,6 @@
 """Node loss: a lost node's Pods are evicted on Kubernetes' schedule and Instances come back.
 
-The node lifecycle stand-in (functions/simulate/nodelifecycle.py) plays kube-controller-manager's
+The node lifecycle stand-in (simulator/gpustack_sim/nodelifecycle.py) plays kube-controller-manager's
 NodeLifecycle and taint-eviction controllers and the API server's DefaultTolerationSeconds; the
 ResourceFlavors the catalog composes decide what an admitted Pod tolerates. The scenario
 `examples/node-loss/` is the acceptance test: a node goes NotReady, and 300 s later its
@@ -19,15 +19,15 @@ from click.testing import CliRunner
 from functions.cli import main
 from functions.handlers import devices
 from functions.handlers.base import Request
-from functions.simulate import World, kube, load_documents, world_from
-from functions.simulate.client import Client
-from functions.simulate.nodelifecycle import (
+from gpustack_sim import World, kube, load_documents, world_from
+from gpustack_sim.client import Client
+from gpustack_sim.nodelifecycle import (
     NodeLifecycle,
     default_tolerations,
     toleration_seconds,
 )
-from functions.simulate.scheduler import Scheduler, Unfit, fit_error
-from functions.simulate.store import Key
+from gpustack_sim.scheduler import Scheduler, Unfit, fit_error
+from gpustack_sim.store import Key
 from tests.support.schemas import ROOT
 from tests.test_scale import catalog_object
 
@@ -515,7 +515,7 @@ def node(name: str, ready: str, zone: str = "") -> dict:
     ],
 )
 def test_the_zones_disruption_decides_the_noexecute_tainting(nodes, tainting):
-    from functions.simulate.nodelifecycle import no_execute_tainting
+    from gpustack_sim.nodelifecycle import no_execute_tainting
 
     assert no_execute_tainting(nodes) == tainting
 
@@ -541,9 +541,9 @@ def test_when_every_node_is_lost_no_pod_is_evicted_and_the_instance_waits(world_
 
 
 def test_in_a_halted_zone_a_lost_node_keeps_its_taint_until_it_is_ready_again():
-    from functions.simulate.apiserver import ApiServer
-    from functions.simulate.nodelifecycle import HALTED
-    from functions.simulate.store import Store
+    from gpustack_sim.apiserver import ApiServer
+    from gpustack_sim.nodelifecycle import HALTED
+    from gpustack_sim.store import Store
 
     api = Client(ApiServer(Store()))
     lifecycle = NodeLifecycle(api)

@@ -1,7 +1,7 @@
 """What we ship, as an installer meets it: the Function package's contents, one package reference
-across the manifests, the agent's DaemonSets, the runtime config and monitors, the CI workflow's
-layout, and `make package` building the krew plugin and saying what it lacks (docs/packaging.md,
-docs/operations.md).
+across the manifests, the image's Python (the product, no simulator), the agent's DaemonSets, the
+runtime config and monitors, the CI workflow's layout, and `make package` building the krew plugin
+and saying what it lacks (docs/packaging.md, docs/operations.md).
 
 Schema validation of these files is tests/test_api.py's; this file checks what schemas cannot:
 what belongs in the xpkg, and that the pieces fit each other. `make package` runs it first.
@@ -10,9 +10,14 @@ what belongs in the xpkg, and that the pieces fit each other. `make package` run
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
+import sys
+import tomllib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +90,49 @@ def test_one_package_reference_everywhere_at_the_projects_version():
         [container] = one(path)["spec"]["template"]["spec"]["containers"]
         references[f"compositions/agent/{path.name}"] = container["image"]
     assert references == dict.fromkeys(references, PACKAGE_REF)
+
+
+# --- the image's Python -------------------------------------------------------------------------
+
+# Left out of the copy the wheel is built from.
+NO_BUILD_READS = (".git", ".venv", ".*_cache", ".hypothesis", ".schemas-cache", "__pycache__")
+BUILDS_WRITE = ("_output", "build", "dist", "*.egg-info")
+PIP_WHEEL = "pip wheel --no-deps --no-build-isolation --no-index --disable-pip-version-check -q"
+
+
+def test_the_image_installs_the_product_alone():
+    """The Dockerfile installs pip, then `.`: the product; never the simulator (simulator/)."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.findall(r"pip install (?:--[\w-]+ )*(\S+)", dockerfile) == ["pip", "."]
+    assert "simulator" not in dockerfile
+
+
+def test_the_products_wheel_carries_no_simulator(tmp_path):
+    """The wheel the image's `pip install .` builds, from a copy of this checkout (so no build
+    output lands in it), with the build-system's backend and nothing from an index: the package
+    `functions` and its metadata, no file of the simulator."""
+    source, wheels = tmp_path / "source", tmp_path / "wheels"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NO_BUILD_READS, *BUILDS_WRITE))
+    build = [sys.executable, "-m", *PIP_WHEEL.split(), str(source), "-w", str(wheels)]
+    run = subprocess.run(build, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    [wheel] = wheels.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {name.split("/")[0] for name in names} == {
+        "functions",
+        f"function_gpustack-{VERSION}.dist-info",
+    }
+    assert [n for n in names if "gpustack_sim" in n or n.startswith("functions/simulate")] == []
+    assert "functions/server.py" in names and "functions/cli.py" in names
+
+
+def test_the_wheel_is_built_with_the_build_systems_backend():
+    """Built without isolation (offline), so with the setuptools the test extra installs: the
+    one the build-system names."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    backend = f"setuptools=={importlib.metadata.version('setuptools')}"
+    assert pyproject["build-system"]["requires"] == [backend]
+    assert backend in pyproject["project"]["optional-dependencies"]["test"]
 
 
 # --- the agent's DaemonSets ---------------------------------------------------------------------

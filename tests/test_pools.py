@@ -13,9 +13,9 @@ from functions import pipeline
 from functions.handlers import HANDLERS
 from functions.handlers.base import InputError, Request
 from functions.server import run_function
-from functions.simulate import World, kube, load_documents, world_from
-from functions.simulate.apiserver import Refused
-from functions.simulate.nodelifecycle import NodeLifecycle
+from gpustack_sim import World, kube, load_documents, world_from
+from gpustack_sim.apiserver import Refused
+from gpustack_sim.nodelifecycle import NodeLifecycle
 from tests.support import schemas
 from tests.support.schemas import ROOT
 
@@ -436,9 +436,7 @@ def test_inactive_holds_the_queue(world):
 
 
 def test_every_composed_object_validates_against_the_upstream_schemas(world):
-    world.apply(
-        *__import__("functions.simulate", fromlist=["load_documents"]).load_documents(CUSTOM)
-    )
+    world.apply(*__import__("gpustack_sim", fromlist=["load_documents"]).load_documents(CUSTOM))
     world.patch(
         "Catalog",
         "default",

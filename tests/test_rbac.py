@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from functions.core import apis
-from functions.simulate import schemas as simulated
+from gpustack_sim import schemas as simulated
 from tests.support.schemas import ROOT, documents, require_schemas
 
 HANDLERS = ROOT / "functions" / "handlers"
@@ -258,7 +258,7 @@ class Recording:
 def test_the_simulated_crossplane_asks_nothing_the_source_reading_missed():
     """A composite of every kind (the walkthrough, two Instances, GPU classes) reconciled: each
     permission the simulated Crossplane checks is one the reading of the source found."""
-    from functions.simulate import World, load_documents
+    from gpustack_sim import World, load_documents
 
     walkthrough, classes = ROOT / "examples" / "walkthrough", ROOT / "examples" / "gpuclass"
     world = World()

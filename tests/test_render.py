@@ -89,7 +89,7 @@ def test_a_composition_for_another_kind_is_refused_before_anything_runs():
 
 def test_observed_resources_feed_the_status(tmp_path):
     """-o: an observed ClusterQueue that Kueue marked Active makes the InstanceType Active."""
-    from functions.simulate import world_from
+    from gpustack_sim import world_from
 
     world = world_from(
         [WALKTHROUGH / n for n in ("devices.yaml", "nodes.yaml", "namespaces.yaml", "catalog.yaml")]

@@ -792,7 +792,7 @@ def test_what_an_instance_type_offers_is_read_only():
 
 
 def test_a_pool_reconcile_fetches_summaries_and_no_devices():
-    from functions.simulate import world_from
+    from gpustack_sim import world_from
 
     world = world_from(
         [WALKTHROUGH / n for n in ("devices.yaml", "nodes.yaml", "namespaces.yaml", "catalog.yaml")]

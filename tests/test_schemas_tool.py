@@ -11,7 +11,7 @@ import urllib.error
 
 import pytest
 
-from functions.simulate import schemas as found_schemas
+from gpustack_sim import schemas as found_schemas
 from tests.support.schemas import require_schemas
 from tools import schemas
 

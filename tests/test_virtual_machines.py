@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from functions.simulate import World, kube, load_documents, world_from
-from functions.simulate.apiserver import ApiServer, Refused
-from functions.simulate.client import Client
-from functions.simulate.kubevirt import KubeVirt, launcher_of
-from functions.simulate.store import Store
+from gpustack_sim import World, kube, load_documents, world_from
+from gpustack_sim.apiserver import ApiServer, Refused
+from gpustack_sim.client import Client
+from gpustack_sim.kubevirt import KubeVirt, launcher_of
+from gpustack_sim.store import Store
 from tests.support import schemas
 from tests.support.schemas import ROOT
 from tests.support.vm_nodes import agent_devices

@@ -27,8 +27,8 @@ from functions.core.status import summary as node_summary
 from functions.core.status import vmnode
 from functions.handlers import gpuclass, inputs
 from functions.server import run_function
-from functions.simulate import load_documents
 from functions.views import plain, view_of
+from gpustack_sim import load_documents
 from tests.support.schemas import ROOT
 from tests.test_scale import INPUT, catalog_object, pool_type, summary_of
 

@@ -24,7 +24,7 @@ _.formatStack
 # Fields a library reads from what it is handed: the Kubernetes client's Configuration
 # (functions/agent/agent.py), zipfile's ZipInfo and tarfile's TarInfo (functions/kubectl/krew.py),
 # protobuf messages and descriptor options (functions/frame.py, functions/wire.py), pydantic's
-# model configuration (functions/core/settings.py) and cel-python's parser (functions/simulate/).
+# model configuration (functions/core/settings.py) and cel-python's parser (simulator/gpustack_sim/).
 _.retries
 _.compress_type
 _.external_attr
@@ -43,7 +43,7 @@ _.max_card_slice_percent
 # kept on the Allocation it came with (functions/core/devices.py).
 _.pod_uid
 
-# Part of functools.cache's key: a changed file is read again (functions/simulate/kueue.py).
+# Part of functools.cache's key: a changed file is read again (simulator/gpustack_sim/kueue.py).
 _.modified
 
 # Fixtures a test requests by name for what they set up (tests/test_logs.py, tests/test_readme.py).

@@ -54,7 +54,7 @@ class Recorder:
 
 
 def record() -> dict[str, list[fnv1.RunFunctionRequest]]:
-    from functions.simulate import load_documents, play, world_from
+    from gpustack_sim import load_documents, play, world_from
 
     recorder = Recorder()
     for _ in play(WALKTHROUGH / "scenario.yaml", run=recorder):

@@ -1,5 +1,5 @@
 """Validate objects as the API server would, for tests: the simulator's own validation
-(`functions/simulate/validation.py`) under Strict field validation, so an unknown field in a
+(`simulator/gpustack_sim/validation.py`) under Strict field validation, so an unknown field in a
 composed object is an error here rather than a pruned field with a warning.
 
 Each function returns the API server's error lines (`spec.x: Invalid value: …`), empty when valid.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from functions.simulate import schemas as simulated
-from functions.simulate import validation
-from functions.simulate.schemas import ROOT, documents, schema_dir, xrd_crd_schema
+from gpustack_sim import schemas as simulated
+from gpustack_sim import validation
+from gpustack_sim.schemas import ROOT, documents, schema_dir, xrd_crd_schema
 
 __all__ = [
     "ROOT",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.simulate.client import Client
+from gpustack_sim.client import Client
 
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 

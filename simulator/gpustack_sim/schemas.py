@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from functions.documents import shipped
-from functions.simulate.upstream import kubernetes_validate_schemas
+from gpustack_sim.upstream import kubernetes_validate_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS_MISSING = (

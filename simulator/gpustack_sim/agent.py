@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from functions.agent.agent import owner_reference
 from functions.agent.allocations import allocations
-from functions.simulate import kube
-from functions.simulate.client import Client
-from functions.simulate.kubelet import Kubelet
+from gpustack_sim import kube
+from gpustack_sim.client import Client
+from gpustack_sim.kubelet import Kubelet
 
 
 class Agents:

@@ -25,10 +25,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from functions.simulate.client import Client
-from functions.simulate.deviceplugin import cards_of
-from functions.simulate.gpuoperator import cluster_policy
-from functions.simulate.nvidia import NONE, SINGLE, mig_strategy, single_invalid
+from gpustack_sim.client import Client
+from gpustack_sim.deviceplugin import cards_of
+from gpustack_sim.gpuoperator import cluster_policy
+from gpustack_sim.nvidia import NONE, SINGLE, mig_strategy, single_invalid
 
 DEPLOYED = "nvidia.com/gpu.deploy.gpu-feature-discovery"
 PRODUCT, COUNT = "nvidia.com/gpu.product", "nvidia.com/gpu.count"

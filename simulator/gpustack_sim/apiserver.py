@@ -42,10 +42,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from functions.simulate.podupdate import pod_update_errors
-from functions.simulate.schemas import KindSchema, Schemas
-from functions.simulate.store import Key, Store, copy_of
-from functions.simulate.validation import FieldError, check, json_equal, same
+from gpustack_sim.podupdate import pod_update_errors
+from gpustack_sim.schemas import KindSchema, Schemas
+from gpustack_sim.store import Key, Store, copy_of
+from gpustack_sim.validation import FieldError, check, json_equal, same
 
 EPOCH = "2026-01-01T00:00:00Z"  # the clock's reading until a cluster sets one
 # What the server sets in metadata whatever the client sent (generation: from the change).

@@ -3,7 +3,7 @@ the controllers around them (`gpustack-fn simulate`, the scenario tests)."""
 
 from __future__ import annotations
 
-from functions.simulate.scenario import ScenarioError, play
-from functions.simulate.world import World, load_documents, world_from
+from gpustack_sim.scenario import ScenarioError, play
+from gpustack_sim.world import World, load_documents, world_from
 
 __all__ = ["ScenarioError", "World", "load_documents", "play", "world_from"]

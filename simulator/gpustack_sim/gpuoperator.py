@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from functions.simulate.client import Client
-from functions.simulate.store import copy_of
+from gpustack_sim.client import Client
+from gpustack_sim.store import copy_of
 
 PRESENT = "nvidia.com/gpu.present"
 WORKLOAD_CONFIG = "nvidia.com/gpu.workload.config"

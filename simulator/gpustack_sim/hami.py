@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from functions.simulate import kube
-from functions.simulate.apiserver import FORBIDDEN, Webhook
-from functions.simulate.client import Client
-from functions.simulate.deviceplugin import Allocate, Card, Grant, cards_of
+from gpustack_sim import kube
+from gpustack_sim.apiserver import FORBIDDEN, Webhook
+from gpustack_sim.client import Client
+from gpustack_sim.deviceplugin import Allocate, Card, Grant, cards_of
 
 GPU = "nvidia.com/gpu"
 MEMORY = "nvidia.com/gpumem"

@@ -7,7 +7,7 @@ any more; the node's other labels are the kubelet's and stay.
 
 from __future__ import annotations
 
-from functions.simulate.client import Client
+from gpustack_sim.client import Client
 
 NODE_NAME = "nfd.node.kubernetes.io/node-name"  # the node a NodeFeature targets (NFD's API)
 OWNED = "nfd.node.kubernetes.io/feature-labels"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from functions.simulate.apiserver import ApiServer
-from functions.simulate.store import copy_of
+from gpustack_sim.apiserver import ApiServer
+from gpustack_sim.store import copy_of
 
 
 class Client:

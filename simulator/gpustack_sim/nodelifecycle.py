@@ -52,9 +52,9 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from functions.simulate import kube
-from functions.simulate.apiserver import Mutator
-from functions.simulate.client import Client
+from gpustack_sim import kube
+from gpustack_sim.apiserver import Mutator
+from gpustack_sim.client import Client
 
 NOT_READY = "node.kubernetes.io/not-ready"
 UNREACHABLE = "node.kubernetes.io/unreachable"

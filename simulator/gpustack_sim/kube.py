@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from functions.simulate.upstream import parse_quantity
+from gpustack_sim.upstream import parse_quantity
 
 NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")

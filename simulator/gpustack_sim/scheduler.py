@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from functions.simulate import kube
-from functions.simulate.client import Client
-from functions.simulate.hami import HamiScheduler
+from gpustack_sim import kube
+from gpustack_sim.client import Client
+from gpustack_sim.hami import HamiScheduler
 
 # What a cordoned node is tainted with (the node lifecycle's TaintNodesByCondition); a Pod that
 # tolerates it may be placed on the node (NodeUnschedulable).

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from functions import documents
-from functions.simulate import kube
-from functions.simulate.apiserver import FORBIDDEN, Mutator, Webhook
-from functions.simulate.client import Client
-from functions.simulate.nodelifecycle import DEFAULT_GRACE_SECONDS, EPOCH
+from gpustack_sim import kube
+from gpustack_sim.apiserver import FORBIDDEN, Mutator, Webhook
+from gpustack_sim.client import Client
+from gpustack_sim.nodelifecycle import DEFAULT_GRACE_SECONDS, EPOCH
 
 GATE = "kueue.x-k8s.io/admission"
 QUEUE_NAME = "kueue.x-k8s.io/queue-name"

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
 
-MISSING = "{} is needed to simulate: pip install 'function-gpustack[simulate]'"
+MISSING = "{} is needed to simulate: from a checkout, pip install -e ./simulator"
 
 
 def _package_dir(name: str) -> Path:

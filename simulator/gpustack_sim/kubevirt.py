@@ -50,10 +50,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from functions.simulate import kube
-from functions.simulate.apiserver import Webhook
-from functions.simulate.client import Client
-from functions.simulate.validation import json_equal
+from gpustack_sim import kube
+from gpustack_sim.apiserver import Webhook
+from gpustack_sim.client import Client
+from gpustack_sim.validation import json_equal
 
 LAUNCHER_LABEL = {"kubevirt.io": "virt-launcher"}
 SCHEDULABLE = "kubevirt.io/schedulable"  # virt-handler's heartbeat label (KubeVirt's v1 API)

@@ -40,15 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from functions.documents import cache_dir
-from functions.simulate.schemas import KindSchema
+from gpustack_sim.schemas import KindSchema
+from gpustack_sim.upstream import MISSING
 
 try:
     import celpy
     from celpy import celtypes
-except ImportError as missing:  # the simulator's extra, not the served function's dependencies
-    raise ImportError(
-        f"{missing.name} is needed to simulate: pip install 'function-gpustack[simulate]'"
-    ) from missing
+except ImportError as missing:  # the simulator's dependencies, not the served function's
+    raise ImportError(MISSING.format(missing.name)) from missing
 
 
 # --- errors, as kube-apiserver words them ---------------------------------------------------

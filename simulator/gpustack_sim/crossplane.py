@@ -45,12 +45,12 @@ from google.protobuf.struct_pb2 import Struct
 
 from functions import pipeline
 from functions.documents import shipped
-from functions.simulate import kube
-from functions.simulate.apiserver import INVALID, Refused
-from functions.simulate.client import Client
-from functions.simulate.store import Key, copy_of
-from functions.simulate.validation import EMPTIED
 from functions.views import StructView
+from gpustack_sim import kube
+from gpustack_sim.apiserver import INVALID, Refused
+from gpustack_sim.client import Client
+from gpustack_sim.store import Key, copy_of
+from gpustack_sim.validation import EMPTIED
 
 COMPOSITE = "crossplane.io/composite"
 RESOURCE_NAME = "crossplane.io/composition-resource-name"

@@ -20,25 +20,25 @@ from typing import Any
 
 from functions import documents, pipeline
 from functions.server import run_function
-from functions.simulate import kubectl
-from functions.simulate.agent import Agents
-from functions.simulate.apiserver import WARN, ApiServer
-from functions.simulate.client import Client
-from functions.simulate.crossplane import Crossplane
-from functions.simulate.deviceplugin import GpustackPlugin
-from functions.simulate.garbagecollector import GarbageCollector
-from functions.simulate.gfd import GpuFeatureDiscovery
-from functions.simulate.gpuoperator import GpuOperator
-from functions.simulate.hami import HamiPlugin
-from functions.simulate.kubelet import Kubelet
-from functions.simulate.kubevirt import KubeVirt
-from functions.simulate.kueue import Kueue
-from functions.simulate.nfd import Nfd
-from functions.simulate.nodelifecycle import NodeLifecycle
-from functions.simulate.nvidia import NvidiaPlugin
-from functions.simulate.scheduler import Scheduler
-from functions.simulate.storage import Provisioner
-from functions.simulate.store import Key, Store
+from gpustack_sim import kubectl
+from gpustack_sim.agent import Agents
+from gpustack_sim.apiserver import WARN, ApiServer
+from gpustack_sim.client import Client
+from gpustack_sim.crossplane import Crossplane
+from gpustack_sim.deviceplugin import GpustackPlugin
+from gpustack_sim.garbagecollector import GarbageCollector
+from gpustack_sim.gfd import GpuFeatureDiscovery
+from gpustack_sim.gpuoperator import GpuOperator
+from gpustack_sim.hami import HamiPlugin
+from gpustack_sim.kubelet import Kubelet
+from gpustack_sim.kubevirt import KubeVirt
+from gpustack_sim.kueue import Kueue
+from gpustack_sim.nfd import Nfd
+from gpustack_sim.nodelifecycle import NodeLifecycle
+from gpustack_sim.nvidia import NvidiaPlugin
+from gpustack_sim.scheduler import Scheduler
+from gpustack_sim.storage import Provisioner
+from gpustack_sim.store import Key, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_ROUNDS = 16

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from functions.agent.podresources import ContainerDevices
-from functions.simulate import kube
-from functions.simulate.client import Client
-from functions.simulate.deviceplugin import Allocate, Card, DevicePlugin, Grant, cards_of
+from gpustack_sim import kube
+from gpustack_sim.client import Client
+from gpustack_sim.deviceplugin import Allocate, Card, DevicePlugin, Grant, cards_of
 
 Checkpoint = dict[str, dict[str, list[Grant]]]  # Pod UID → container → grants
 

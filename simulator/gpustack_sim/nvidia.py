@@ -39,9 +39,9 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from functions.simulate.client import Client
-from functions.simulate.deviceplugin import Allocate, Card, Grant
-from functions.simulate.gpuoperator import cluster_policy
+from gpustack_sim.client import Client
+from gpustack_sim.deviceplugin import Allocate, Card, Grant
+from gpustack_sim.gpuoperator import cluster_policy
 
 GPU = "nvidia.com/gpu"
 SHARED_SUFFIX = ".shared"

@@ -41,10 +41,10 @@ import yaml
 
 from functions import documents
 from functions.documents import Document, DocumentError
-from functions.simulate.apiserver import ALREADY_EXISTS, BAD_REQUEST, NOT_FOUND, STRICT, Refused
-from functions.simulate.schemas import Schemas
-from functions.simulate.validation import fields_at
-from functions.simulate.world import World
+from gpustack_sim.apiserver import ALREADY_EXISTS, BAD_REQUEST, NOT_FOUND, STRICT, Refused
+from gpustack_sim.schemas import Schemas
+from gpustack_sim.validation import fields_at
+from gpustack_sim.world import World
 
 # Kinds a scenario may name that no XRD of ours defines: kind → (plural, short names).
 KNOWN_KINDS = {

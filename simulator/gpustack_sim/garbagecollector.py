@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from functions.simulate.client import Client
+from gpustack_sim.client import Client
 
 
 class GarbageCollector:

@@ -19,7 +19,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from functions.simulate.validation import FieldError, invalid
+from gpustack_sim.validation import FieldError, invalid
 
 UPDATABLE = (
     "`spec.containers[*].image`",
