@@ -100,8 +100,8 @@ def run(nodes: int, root: Path) -> dict[str, Any]:
         first = time.monotonic() - composed
         rounds = []
         for index in range(ROUNDS):
-            name = devices[index % nodes]["metadata"]["name"]
-            managed = index % 2 == 1  # out, back in, out, ...
+            name = devices[index // 2 % nodes]["metadata"]["name"]
+            managed = index % 2 == 1  # a node out, the same node back in, the next out, ...
             want = nodes - (0 if managed else 1)
             before, t0 = function_seconds(env.crossplane.metrics_url), time.monotonic()
             env.kubectl(
