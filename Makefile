@@ -35,7 +35,7 @@ test: lint
 	$(BIN)/python -m pytest -q -n auto --durations=15
 
 # The real control plane (docs/e2e.md): upstream's components built from their Go modules into
-# a cache outside the repository (e2e/build.sh; cold about 35-50 minutes on 2 cores, warm
+# a cache outside the repository (e2e/build.sh; cold about 20-50 minutes on 2 cores, warm
 # nothing), every example through the real `crossplane render`, then the scenarios of
 # E2E_SCENARIOS on kube-apiserver, Kueue and Crossplane 2.x, and those of E2E_LEGACY with the
 # legacy set (v1 XRDs, claims). Any table that differs from its expected file fails it.
