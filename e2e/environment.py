@@ -25,11 +25,12 @@ from e2e.cluster import ControlPlane, free_port
 from e2e.crossplane import Crossplane
 from e2e.extender import HamiExtender
 from e2e.kube import Kubectl, documents, eventually
-from e2e.node import SimulatedNode, plugins
+from e2e.node import SimulatedNode
 from gpustack_sim import kube
 from gpustack_sim.deviceplugin import cards_of
 from gpustack_sim.gfd import GpuFeatureDiscovery
 from gpustack_sim.gpuoperator import GpuOperator
+from gpustack_sim.plugins import device_plugins
 from gpustack_sim.schemas import SCHEMAS_MISSING, schema_dir
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -133,7 +134,7 @@ class Environment:
         self.api = Api(self.plane.kubeconfig)
         if self.extender is not None:
             self.extender.api = self.api
-        self.plugins = plugins(self.api)
+        self.plugins = device_plugins(self.api)  # it calls only what Api has of the client
         self.operands = [GpuOperator(self.api), GpuFeatureDiscovery(self.api)]
 
     def install_nfd(self) -> None:

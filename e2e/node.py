@@ -35,12 +35,9 @@ from gpustack_sim.deviceplugin import (
     Allocate,
     Card,
     DevicePlugin,
-    GpustackPlugin,
     Grant,
     cards_of,
 )
-from gpustack_sim.hami import HamiPlugin
-from gpustack_sim.nvidia import NvidiaPlugin
 
 CPU_VENDOR_IDS = {"AMD": "AuthenticAMD", "Intel": "GenuineIntel", "Hygon": "HygonGenuine"}
 
@@ -262,7 +259,3 @@ class SimulatedNode:
 
     def stop(self) -> None:
         self.server.stop(0)
-
-
-def plugins(api: Api) -> dict[str, DevicePlugin]:
-    return {"gpustack": GpustackPlugin(), "nvidia": NvidiaPlugin(api), "hami": HamiPlugin()}

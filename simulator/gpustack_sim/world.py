@@ -25,17 +25,15 @@ from gpustack_sim.agent import Agents
 from gpustack_sim.apiserver import WARN, ApiServer
 from gpustack_sim.client import Client
 from gpustack_sim.crossplane import Crossplane
-from gpustack_sim.deviceplugin import GpustackPlugin
 from gpustack_sim.garbagecollector import GarbageCollector
 from gpustack_sim.gfd import GpuFeatureDiscovery
 from gpustack_sim.gpuoperator import GpuOperator
-from gpustack_sim.hami import HamiPlugin
 from gpustack_sim.kubelet import Kubelet
 from gpustack_sim.kubevirt import KubeVirt
 from gpustack_sim.kueue import Kueue
 from gpustack_sim.nfd import Nfd
 from gpustack_sim.nodelifecycle import NodeLifecycle
-from gpustack_sim.nvidia import NvidiaPlugin
+from gpustack_sim.plugins import device_plugins
 from gpustack_sim.scheduler import Scheduler
 from gpustack_sim.storage import Provisioner
 from gpustack_sim.store import Key, Store
@@ -63,12 +61,7 @@ class World:
         client = Client(self.api)
         self.crossplane = Crossplane(client, run, api_dir, caller)
         self.kueue = Kueue(client, api_dir / "kueue")
-        plugins = {
-            "gpustack": GpustackPlugin(),
-            "nvidia": NvidiaPlugin(client),
-            "hami": HamiPlugin(),
-        }
-        self.kubelet = Kubelet(client, plugins)
+        self.kubelet = Kubelet(client, device_plugins(client))
         lifecycle = NodeLifecycle(client)
         self.api.clock = lambda: lifecycle.now(0)  # the cluster's one clock
         self.crossplane.clock = lambda: lifecycle.clock
