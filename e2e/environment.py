@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from e2e import install, provisioner
+from e2e import install, kubevirt, provisioner
 from e2e.api import Api
 from e2e.binaries import binary, module_dir, versions
 from e2e.cluster import ControlPlane, free_port
@@ -124,6 +124,7 @@ class Environment:
         self.plane.start()
         self.install_nfd()
         self.install_gpu_operator_crd()
+        self.install_kubevirt_crds()
         install.install_kueue(
             self.plane, self.kubectl, COMPOSITIONS / "kueue" / f"{self.device_plugin}.yaml"
         )
@@ -153,6 +154,18 @@ class Environment:
             raise RuntimeError(f"make e2e: {SCHEMAS_MISSING}")
         self.kubectl("apply", "-f", str(found / "gpu-operator" / GPU_OPERATOR_CRD))
         self.kubectl.wait("condition=Established", ["crd", "clusterpolicies.nvidia.com"])
+
+    def install_kubevirt_crds(self) -> None:
+        """KubeVirt's KubeVirt and VirtualMachineInstance CRDs, from its own API spec
+        (e2e/kubevirt.py): a scenario's KubeVirt CR and our VMIs are stored and validated;
+        nothing runs a VMI."""
+        found = schema_dir()
+        if found is None:
+            raise RuntimeError(f"make e2e: {SCHEMAS_MISSING}")
+        definitions = kubevirt.crds(found)
+        self.kubectl.apply(definitions)
+        names = [d["metadata"]["name"] for d in definitions]
+        self.kubectl.wait("condition=Established", ["crd", *names])
 
     def start_nfd_master(self, node: str) -> None:
         """nfd-master as its Pod on `node`: it annotates the Node it runs on, and refuses to

@@ -655,3 +655,19 @@ def test_a_hand_made_nodes_whole_number_reads_as_the_kubelet_writes_it():
 
     state = vmnode.of_node("n", {}, {}, {"allocatable": {"a/b": 4.0, "c/d": 0.5, "e/f": "2"}})
     assert state.allocatable == {"a/b": "4", "c/d": "0.5", "e/f": "2"}
+
+
+def test_the_gpuclass_scenario_prints_what_it_recorded():
+    """The scenario `make e2e` plays on the real control plane too. After an intended change,
+    review the difference and refresh the file with
+    `gpustack-fn simulate examples/gpuclass/scenario.yaml > examples/gpuclass/expected.txt`."""
+    from click.testing import CliRunner
+
+    from functions.cli import main
+
+    result = CliRunner().invoke(main, ["simulate", str(EXAMPLES / "scenario.yaml")])
+    assert result.exit_code == 0, result.output
+    assert result.output == (EXAMPLES / "expected.txt").read_text()
+    before, after = result.output.split("== ")[1:]
+    assert "example-whole-gpu       example   example-model   passthrough   3      3" in before
+    assert "example-whole-gpu       example   example-model   passthrough   4      4" in after
