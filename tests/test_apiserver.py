@@ -575,7 +575,7 @@ def running_pod(**spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "p", "namespace": "t"},
+        "metadata": {"name": "p", "namespace": "default"},
         "spec": base,
     }
 
@@ -671,15 +671,15 @@ def test_a_pod_update_changes_only_what_kube_apiserver_lets_it(before, change, r
     with pytest.raises(Refused) as refused:
         api.update(updated)
     assert (str(refused.value), refused.value.reason) == (refusal, INVALID)
-    assert api.store.get("Pod", "p", "t")["spec"] == stored["spec"]
+    assert api.store.get("Pod", "p", "default")["spec"] == stored["spec"]
 
 
 def test_a_pod_is_bound_once_through_the_binding_subresource():
     api = ApiServer(Store())
     api.create(running_pod())
-    assert api.bind("p", "t", "node-a")["spec"]["nodeName"] == "node-a"
+    assert api.bind("p", "default", "node-a")["spec"]["nodeName"] == "node-a"
     with pytest.raises(Refused, match='pod p is already assigned to node "node-a"'):
-        api.bind("p", "t", "node-b")
+        api.bind("p", "default", "node-b")
 
 
 def test_mutating_admission_changes_new_objects_of_its_kind_before_validation():
@@ -689,7 +689,7 @@ def test_mutating_admission_changes_new_objects_of_its_kind_before_validation():
     gate = {"name": "kueue.x-k8s.io/admission"}
     api.mutators.append(Mutator("gate", "Pod", lambda p: p["spec"].update(schedulingGates=[gate])))
     assert api.create(running_pod())["spec"]["schedulingGates"] == [gate]
-    stored = api.store.get("Pod", "p", "t")
+    stored = api.store.get("Pod", "p", "default")
     assert api.update(stored)["spec"]["schedulingGates"] == [gate]  # updates are not mutated
 
 
@@ -701,7 +701,7 @@ def test_the_api_server_stamps_the_system_fields_and_keeps_them():
     created = copy.deepcopy(api.create(sent))
     first = {k: created["metadata"][k] for k in ("uid", "creationTimestamp", "resourceVersion")}
     assert first["uid"] != "mine" and first["creationTimestamp"] == "2026-01-01T00:05:00Z"
-    unchanged = api.update({**created, "metadata": {"name": "p", "namespace": "t"}})
+    unchanged = api.update({**created, "metadata": {"name": "p", "namespace": "default"}})
     assert {k: unchanged["metadata"][k] for k in first} == first  # nothing changed: no write
     changed = copy.deepcopy(unchanged)
     changed["spec"]["containers"][0]["image"] = "ubuntu:25.04"
@@ -711,7 +711,7 @@ def test_the_api_server_stamps_the_system_fields_and_keeps_them():
         first["creationTimestamp"],
     )
     assert int(updated["resourceVersion"]) > int(first["resourceVersion"])
-    api.delete("Pod", "p", "t")
+    api.delete("Pod", "p", "default")
     assert api.create(running_pod())["metadata"]["uid"] != first["uid"]  # a new object
 
 
@@ -726,7 +726,7 @@ def owned_by(*owners: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def config_map(name: str, namespace: str = "t", owners: list | None = None) -> dict[str, Any]:
+def config_map(name: str, namespace: str = "default", owners: list | None = None) -> dict[str, Any]:
     metadata = {"name": name, "namespace": namespace, "ownerReferences": owners or []}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {}}
 
@@ -751,7 +751,7 @@ def test_the_garbage_collector_deletes_what_lost_every_owner_and_only_that():
         "of-both",
         "of-none",
     ]
-    kept = api.store.get("ConfigMap", "of-both", "t")["metadata"]["ownerReferences"]
+    kept = api.store.get("ConfigMap", "of-both", "default")["metadata"]["ownerReferences"]
     assert kept == owned_by(b)  # the reference to the old Node is dropped
     api.delete("Node", "b")
     collect()

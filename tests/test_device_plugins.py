@@ -587,6 +587,7 @@ def gpu_operator(
 ) -> tuple[NvidiaPlugin, dict]:
     """The plugin, the node it runs on, the operator's ConfigMap and (if any) ClusterPolicy."""
     api = Client(ApiServer(Store()))
+    api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}})
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -56,6 +56,8 @@ NOT_FOUND = "NotFound"
 ALREADY_EXISTS = "AlreadyExists"
 BAD_REQUEST = "BadRequest"
 FORBIDDEN = "Forbidden"
+# The namespaces kube-apiserver makes when it starts: an object in any other needs its Namespace.
+INITIAL_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease"})
 # fieldValidation, the write's query parameter (kube-apiserver's values).
 IGNORE, WARN, STRICT = "Ignore", "Warn", "Strict"
 
@@ -146,6 +148,9 @@ class ApiServer:
         obj = _copy_of(obj)
         if self._stored(obj) is not None:
             raise self._refusal(obj, ALREADY_EXISTS, "already exists")
+        if not self._namespace_exists(obj["metadata"].get("namespace")):
+            namespace = obj["metadata"]["namespace"]  # NamespaceLifecycle admission
+            raise Refused(f'namespaces "{namespace}" not found', NOT_FOUND, obj=obj)
         for mutator in self.mutators:
             if mutator.kind == obj["kind"]:
                 mutator.mutate(obj)
@@ -158,6 +163,15 @@ class ApiServer:
         metadata["creationTimestamp"] = self.clock()
         metadata["generation"] = 1
         return self._write(obj, None, False, strict, field_validation, duplicates)
+
+    def _namespace_exists(self, namespace: str | None) -> bool:
+        """Whether an object may be created there: cluster-scoped, one of the namespaces
+        kube-apiserver makes when it starts, or a stored Namespace."""
+        return (
+            not namespace
+            or namespace in INITIAL_NAMESPACES
+            or self.store.get("Namespace", namespace) is not None
+        )
 
     def bind(self, name: str, namespace: str, node: str) -> dict[str, Any]:
         """The Pod binding subresource (what kube-scheduler posts): sets `spec.nodeName` of a

@@ -79,6 +79,12 @@ class World:
             self.kubelet,
             *([Agents(client, self.kubelet)] if agents else []),
         ]
+        # The package as the README installs it: the agent's namespace, the Catalog's default
+        # systemNamespace, where the devices handler composes each node's summary (the API
+        # server refuses an object in a namespace that does not exist).
+        agent_namespace = api_dir / "agent" / "namespace.yaml"
+        if agent_namespace.exists():
+            self.apply(*load_documents(agent_namespace))
 
     # --- what a user does ---------------------------------------------------------------------
 
