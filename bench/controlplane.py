@@ -30,7 +30,7 @@ from e2e.kube import eventually
 
 LATENCY_SUM = "gpustack_function_request_duration_seconds_sum"
 ROUNDS = 6
-APPLY_BATCH = 100  # Devices a kubectl apply writes (1,000 in one call outlast its 300 s)
+APPLY_BATCH = 25  # Devices a kubectl apply writes (1,000 in one call outlast its 300 s)
 POOL_TIMEOUT = 1800.0  # seconds the first composition of every node may take
 
 
