@@ -1,10 +1,12 @@
 """The whole environment `make e2e` plays scenarios in: the control plane, Kueue, NFD and
 Crossplane from upstream's manifests, this package installed as the README says, and the nodes.
 
-Order, as an operator installs a cluster: the control plane; Node Feature Discovery; Kueue with
-this package's configuration fragment for the scenario's device plugin; Crossplane; the function
-package; the RBAC, XRDs and Compositions (README, "Install in a cluster"); the agent's
-ServiceAccount and role. Then each scenario's nodes register and their agents start.
+Order, as an operator installs a cluster: the control plane (with HAMi's scheduler extender
+where the scenario's device plugin is HAMi); Node Feature Discovery; the GPU Operator's and
+KubeVirt's CRDs; Kueue with this package's configuration fragment for the scenario's device
+plugin; Crossplane; the function package; the RBAC, XRDs and Compositions (README, "Install in a
+cluster"); the agent's ServiceAccount and role. Then each scenario's nodes register and their
+agents start, and the GPU Operator's labelling and GPU feature discovery run beside them.
 """
 
 from __future__ import annotations
