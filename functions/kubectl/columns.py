@@ -14,7 +14,8 @@ from typing import Any
 
 KUBECTL_MIN_WIDTH = 6  # kubectl's tab writer: a column is at least this wide, padding included
 
-_PATH_PART = re.compile(r"\.([A-Za-z0-9_]+)")
+# A JSONPath's parts: `.name`, or `['a.dotted/key']` (a label's key) with `\.` for a dot.
+_PATH_PART = re.compile(r"\.([A-Za-z0-9_]+)|\['((?:[^'\\]|\\.)*)'\]")
 
 
 def kubectl_table(headers: list[str], rows: Iterable[list[str]]) -> str:
@@ -50,7 +51,8 @@ def printed(objects: Iterable[Mapping[str, Any]], columns: list[Mapping[str, Any
 def cell(obj: Mapping[str, Any], json_path: str) -> str:
     """The field a column's JSONPath (`.status.display.unit`) names, as kubectl prints it."""
     value: Any = obj
-    for part in _PATH_PART.findall(json_path):
+    for plain, quoted in _PATH_PART.findall(json_path):
+        part = plain or quoted.replace("\\.", ".")
         value = value.get(part) if isinstance(value, Mapping) else None
     if value is None:
         return ""

@@ -6,13 +6,12 @@ without trailing blanks, as the walkthrough's tables are."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-TABWRITER_MIN_WIDTH, TABWRITER_PADDING = 6, 3
+from functions.kubectl.columns import cell
 
-_PATH_PART = re.compile(r"\.([A-Za-z0-9_]+)|\['((?:[^'\\]|\\.)*)'\]")
+TABWRITER_MIN_WIDTH, TABWRITER_PADDING = 6, 3
 
 
 def table(
@@ -35,19 +34,7 @@ def tabwritten(rows: list[list[str]]) -> str:
         for i in range(len(rows[0]) - 1)
     ]
     lines = (
-        "".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + row[-1]
+        "".join(text.ljust(width) for text, width in zip(row, widths, strict=False)) + row[-1]
         for row in rows
     )
     return "\n".join(line.rstrip() for line in lines)  # as the walkthrough prints them
-
-
-def cell(obj: Mapping[str, Any], json_path: str) -> str:
-    value: Any = obj
-    for plain, quoted in _PATH_PART.findall(json_path):
-        part = plain or quoted.replace("\\.", ".")
-        value = value.get(part) if isinstance(value, Mapping) else None
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
