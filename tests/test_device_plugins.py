@@ -192,7 +192,7 @@ def test_hami_refuses_shares_and_partitions_naming_the_setting(hami):
         message = phase_message(hami, name)
         assert message.startswith("Refused: ")
         assert f"devicePlugin: hami (HAMi) cannot give {what}" in message
-        assert "must be gpustack or nvidia (the Catalog's spec.devicePlugin)" in message
+        assert "must be gpustack, nvidia or dra (the Catalog's spec.devicePlugin)" in message
 
 
 @pytest.mark.parametrize("device_plugin", ["nvidia", "hami"])

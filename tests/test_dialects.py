@@ -31,7 +31,7 @@ from gpustack_sim.kueue import Kueue
 from gpustack_sim.store import Store
 from tests.support.schemas import ROOT
 
-GPUSTACK, NVIDIA, HAMI = (dialects.DIALECTS[n] for n in ("gpustack", "nvidia", "hami"))
+GPUSTACK, NVIDIA, HAMI, DRA = (dialects.DIALECTS[n] for n in ("gpustack", "nvidia", "hami", "dra"))
 H100 = "NVIDIA H100 80GB HBM3"
 ALL_MODES = frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED})
 
@@ -96,11 +96,13 @@ def expressed(draw: st.DrawFn) -> tuple[dialects.Dialect, Claim]:
 def test_every_dialect_reads_back_what_it_writes(found):
     dialect, claim = found
     keys = dialect.encode("nvidia", claim)
-    assert dialect.decode(keys) == ("nvidia", claim)
-    assert dialects.decode_any(keys) == ("nvidia", claim)  # as the agent reads a Pod
+    request = dialect.device_request("nvidia", claim)
+    assert dialect.decode_claim(keys, request) == ("nvidia", claim)
+    if request is None:  # a DRA claim's devices are read from its ResourceClaim instead
+        assert dialects.decode_any(keys) == ("nvidia", claim)  # as the agent reads a Pod
 
 
-@pytest.mark.parametrize("dialect", [NVIDIA, HAMI], ids=lambda d: d.name)
+@pytest.mark.parametrize("dialect", [NVIDIA, HAMI, DRA], ids=lambda d: d.name)
 def test_another_manufacturers_cards_are_whole_cards_under_its_own_plugins_name(dialect):
     assert dialect.modes("amd") == {Mode.EXCLUSIVE}
     assert dialect.encode("amd", Claim(Mode.EXCLUSIVE, 2)) == {"amd.com/gpu": "2"}
@@ -112,6 +114,7 @@ def test_what_each_dialect_expresses():
         "gpustack": [Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED],
         "nvidia": [Mode.EXCLUSIVE, Mode.SHARED, Mode.PARTITIONED],
         "hami": [Mode.EXCLUSIVE, Mode.SLICED],
+        "dra": [Mode.EXCLUSIVE, Mode.PARTITIONED],
     }
 
 

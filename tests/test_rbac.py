@@ -302,6 +302,8 @@ NODE = {
 CALLS = {  # each method of the agent's Kube protocol, as the agent calls it
     "node_facts": ("node-a",),
     "pods_on": ("node-a",),
+    "resource_claim": ("default", "claim-a"),
+    "resource_slices": ("node-a",),
     "apply_devices": (
         {"apiVersion": apis.WORKER, "kind": "Devices", "metadata": {"name": "node-a"}},
     ),
@@ -393,7 +395,9 @@ def test_the_agents_role_grants_exactly_what_its_client_asks():
     assert sorted(map(str, asked)) == [
         "create devices.worker.gpustack.ai",
         "get nodes",
+        "get resourceclaims.resource.k8s.io",
         "list pods",
+        "list resourceslices.resource.k8s.io",
         "patch devices.worker.gpustack.ai",
     ]
     assert differences(granted(documents(AGENT_ROLE)), asked) == NOTHING

@@ -1,10 +1,11 @@
 """`gpustack-fn agent`: keep this node's Devices object true, without churning the API server.
 
-Each poll reads NVML, the CPU, the Node and what the kubelet handed out, and builds the whole
-Devices object. It is applied (server-side, as field manager `gpustack-agent`, never touching
-`spec.managed`) when its content changed, and again every `resync` seconds however quiet the
-node (an apply of the same content writes nothing, and one deleted comes back); API errors back
-off exponentially. The Node owns the Devices, so the garbage collector deletes it with the Node.
+Each poll reads NVML, the CPU, the Node and what the kubelet (or, under Dynamic Resource
+Allocation, the scheduler) handed out, and builds the whole Devices object. It is applied
+(server-side, as field manager `gpustack-agent`, never touching `spec.managed`) when its
+content changed, and again every `resync` seconds however quiet the node (an apply of the same
+content writes nothing, and one deleted comes back); API errors back off exponentially. The
+Node owns the Devices, so the garbage collector deletes it with the Node.
 
 A card's reading is reported only once two polls in a row agree (`steady`), and a failed
 reading never changes what a card is (`report`): a flapping GPU makes no writes. When a change
@@ -28,16 +29,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from crossplane.function import logging
 
 from functions.agent import report
-from functions.agent.allocations import allocations
+from functions.agent.allocations import DraState, allocations, pod_claims
 from functions.agent.nvml import Nvml
 from functions.agent.podresources import ContainerDevices
 from functions.agent.steady import Steady, by_key, vendors_of
-from functions.core import labels
+from functions.core import apis, labels
 from functions.core.devices import parse_spec
 from functions.metrics import RESYNCED, UNCHANGED, WRITTEN, AgentMetrics, Card, agent_metrics
 
@@ -52,6 +53,7 @@ EXIT_SECONDS = 1.0  # of which the process keeps this much to log and exit
 JOIN_SECONDS = STOP_SECONDS - EXIT_SECONDS  # and the loop has the rest to end its poll
 API_TIMEOUT_SECONDS = 10.0  # each call to the API server and the kubelet
 RESYNC_SECONDS = 600.0  # how often an unchanged Devices is applied again
+DRA_GROUP, _, DRA_VERSION = apis.RESOURCE.rpartition("/")  # resource.k8s.io, v1
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class NodeFacts:
 class Kube(Protocol):
     def node_facts(self, node: str) -> NodeFacts: ...
     def pods_on(self, node: str) -> list[dict[str, Any]]: ...
+    # Under DRA: a ResourceClaim a Pod names (None: gone, or no DRA API), the node's slices.
+    def resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def resource_slices(self, node: str) -> list[dict[str, Any]]: ...
     def apply_devices(self, devices: dict[str, Any]) -> None: ...
 
 
@@ -116,13 +121,29 @@ class Agent:
             "cpu": cpu,
             "accelerators": accelerators,
             # MIG devices resolve against this poll's reading: the kubelet hands out what exists
-            "allocations": allocations(self.list_devices(), pods, reading.vendors),
+            "allocations": allocations(self.list_devices(), pods, reading.vendors, self.dra(pods)),
         }
         selector = labels.devices_labels(parse_spec(self.node, spec))
         metadata = {"name": self.node, "labels": dict(sorted(selector.items()))}
         if node.uid:
             metadata["ownerReferences"] = [owner_reference(self.node, node.uid)]
         return {"apiVersion": API_VERSION, "kind": "Devices", "metadata": metadata, "spec": spec}
+
+    def dra(self, pods: dict[str, dict[str, Any]]) -> DraState | None:
+        """The ResourceClaims the node's Pods name, and the node's ResourceSlices: read only
+        where a Pod names a claim, so a cluster without DRA costs no call."""
+        named = sorted(
+            {
+                (key.partition("/")[0], claim)
+                for key, pod in pods.items()
+                for claim in pod_claims(pod).values()
+            }
+        )
+        if not named:
+            return None
+        found = [self.kube.resource_claim(namespace, name) for namespace, name in named]
+        claims = [claim for claim in found if claim is not None]
+        return DraState(self.node, claims, self.kube.resource_slices(self.node) if claims else [])
 
     def poll(self) -> bool:
         """Build and apply if anything changed, or the resync is due; True when it wrote."""
@@ -276,6 +297,34 @@ class KubernetesApi:
             field_selector=f"spec.nodeName={node}", _request_timeout=self.timeout
         )
         return [self.core.api_client.sanitize_for_serialization(p) for p in pods.items]
+
+    def resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._dra_read(
+            self.custom.get_namespaced_custom_object, namespace, "resourceclaims", name
+        )
+
+    def resource_slices(self, node: str) -> list[dict[str, Any]]:
+        found = self._dra_read(
+            self.custom.list_cluster_custom_object,
+            "resourceslices",
+            field_selector=f"spec.nodeName={node}",
+        )
+        return (found or {}).get("items") or []
+
+    def _dra_read(
+        self, read: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> dict[str, Any] | None:
+        """One read of resource.k8s.io/v1; None where the API server answers 404: the claim
+        is gone since the Pods were listed, or the cluster serves no DRA at all."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            found = read(DRA_GROUP, DRA_VERSION, *args, _request_timeout=self.timeout, **kwargs)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return cast(dict[str, Any], found)
 
     def apply_devices(self, devices: dict[str, Any]) -> None:
         self.custom.patch_cluster_custom_object(

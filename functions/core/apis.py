@@ -10,6 +10,7 @@ KUBEVIRT = "kubevirt.io/v1"
 CORE = "v1"
 NODE_API = "node.k8s.io/v1"  # RuntimeClass
 STORAGE = "storage.k8s.io/v1"  # StorageClass
+RESOURCE = "resource.k8s.io/v1"  # Dynamic Resource Allocation: ResourceClaimTemplate
 
 
 def group(api_version: str) -> str:

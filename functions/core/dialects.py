@@ -5,14 +5,16 @@ express, the Pod keys for each (`encode`/`decode`, `decode(encode(m, c)) == (m, 
 transformations that charge exactly `Claim.credits` for them, what its plugin advertises on a
 node, and the device IDs the kubelet's pod-resources API reports for an allocation.
 
-| Mode        | gpustack (default)                 | nvidia (GPU Operator)                    | hami                                       |
-|-------------|------------------------------------|------------------------------------------|--------------------------------------------|
-| EXCLUSIVE N | `<base>: N`                        | `nvidia.com/gpu: N`                      | `nvidia.com/gpu: N`, `gpumem-percentage: 100`, `gpucores: 100` |
-| SHARED N    | `<base>.shared: N`, N cards        | `nvidia.com/gpu.shared: N` replicas      | —                                          |
-| SLICED p %  | `<base>.sliced…` + `.units`        | —                                        | `nvidia.com/gpu: 1`, `gpumem-percentage: p`, `gpucores: c` |
-| PARTITIONED | `<base>.partitioned…` + `.units`   | `nvidia.com/mig-<profile>: 1`            | —                                          |
-| advertised  | every key, per card and per unit   | `nvidia.com/gpu` (a card), or `.shared` ×10 on a time-sliced node; `nvidia.com/mig-<profile>` per MIG device | `nvidia.com/gpu` × 10 vGPUs per card; memory and cores judged by HAMi's scheduler |
-| device IDs  | card UUID; MIG UUID                | card UUID; `<card UUID>::<n>` replica; MIG UUID | `<card UUID>-<n>`, arbitrary: the card is in the Pod's `hami.io/vgpu-devices-allocated` |
+| Mode        | gpustack (default)                 | nvidia (GPU Operator)                    | hami                                       | dra (NVIDIA's DRA driver) |
+|-------------|------------------------------------|------------------------------------------|--------------------------------------------|---------------------------|
+| EXCLUSIVE N | `<base>: N`                        | `nvidia.com/gpu: N`                      | `nvidia.com/gpu: N`, `gpumem-percentage: 100`, `gpucores: 100` | N of class `gpu.nvidia.com` |
+| SHARED N    | `<base>.shared: N`, N cards        | `nvidia.com/gpu.shared: N` replicas      | —                                          | —                         |
+| SLICED p %  | `<base>.sliced…` + `.units`        | —                                        | `nvidia.com/gpu: 1`, `gpumem-percentage: p`, `gpucores: c` | —             |
+| PARTITIONED | `<base>.partitioned…` + `.units`   | `nvidia.com/mig-<profile>: 1`            | —                                          | 1 of class `mig.nvidia.com`, that profile |
+| advertised  | every key, per card and per unit   | `nvidia.com/gpu` (a card), or `.shared` ×10 on a time-sliced node; `nvidia.com/mig-<profile>` per MIG device | `nvidia.com/gpu` × 10 vGPUs per card; memory and cores judged by HAMi's scheduler | nothing: a ResourceSlice lists `gpu-<minor>` per card, each MIG device |
+| device IDs  | card UUID; MIG UUID                | card UUID; `<card UUID>::<n>` replica; MIG UUID | `<card UUID>-<n>`, arbitrary: the card is in the Pod's `hami.io/vgpu-devices-allocated` | the claim's allocated device, whose `uuid` the slice names |
+
+Under dra the Pod also carries `credits.gpustack.ai/<manufacturer>`: its price (`Dra`).
 
 Only NVIDIA cards speak the nvidia and hami dialects; another manufacturer's cards keep their
 own plugin's whole-card key (`amd.com/gpu: N`) under them. What a dialect cannot express is not
@@ -25,6 +27,7 @@ and a quarter of an A100 40GB) has no one price under nvidia (docs/device-plugin
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -33,7 +36,7 @@ from functions.core import mig, quantity, resources
 from functions.core.devices import DevicesSpec
 from functions.core.modes import MODES, PERCENT, SHARE, SHARES_PER_CARD, Claim, D, Mode
 
-Name = Literal["gpustack", "nvidia", "hami"]
+Name = Literal["gpustack", "nvidia", "hami", "dra"]
 DEFAULT: Name = "gpustack"
 
 NVIDIA = mig.MANUFACTURER
@@ -51,10 +54,44 @@ REPLICA = "::"  # a time-slicing replica's ID: `<card UUID>::<n>`
 GFD_PRODUCT = "nvidia.com/gpu.product"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 MIXED = "mixed"
+# NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu v0.4.0): its driver name, the DeviceClasses
+# its Helm chart installs (whole cards; MIG devices the MIG manager made), and the attributes
+# it publishes each device with. The claim's one request is named for what it asks.
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_GPU_CLASS = "gpu.nvidia.com"
+DRA_MIG_CLASS = "mig.nvidia.com"
+DRA_UUID, DRA_PROFILE = "uuid", "profile"
+DRA_REQUEST = "accelerators"
+# What Kueue counts DRA devices as (`deviceClassMappings`): no ClusterQueue covers it, so
+# `IgnoreUndeclared` leaves it uncharged; the Pod's own credits key is what is charged.
+DRA_DEVICES = "dra.gpustack.ai/nvidia"
+_PROFILE = re.compile(r"\.profile == '([^']+)'")
+
+
+class _Keys:
+    """What every device-plugin dialect shares: a claim is the container's resource keys
+    alone, with no ResourceClaim, and Kueue maps no DeviceClass."""
+
+    def device_request(self, manufacturer: str, claim: Claim) -> dict[str, Any] | None:
+        """The ResourceClaim request that gets `claim`'s devices (None: the keys do)."""
+        return None
+
+    def device_class_mappings(self) -> list[dict[str, Any]]:
+        """Kueue's `resources.deviceClassMappings` for the DeviceClasses claims name."""
+        return []
+
+    def decode(self, keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
+        raise NotImplementedError  # each dialect reads its own keys
+
+    def decode_claim(
+        self, keys: Mapping[str, Any], request: Mapping[str, Any] | None
+    ) -> tuple[str, Claim] | None:
+        """The claim a container's keys and its `device_request` make together."""
+        return self.decode(keys)
 
 
 @dataclass(frozen=True)
-class Gpustack:
+class Gpustack(_Keys):
     """gpustack's own device plugin: every mode, with the units carried on the Pod (§5.3)."""
 
     name: Name = "gpustack"
@@ -121,7 +158,7 @@ def _gpustack_counters(manufacturer: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Nvidia:
+class Nvidia(_Keys):
     """The NVIDIA GPU Operator's device plugin: whole cards, time-sliced replicas renamed to
     `nvidia.com/gpu.shared` (`renameByDefault`, 10 replicas per card), and MIG devices under the
     `mixed` strategy (`nvidia.com/mig-<profile>`)."""
@@ -205,7 +242,7 @@ class Nvidia:
 
 
 @dataclass(frozen=True)
-class Hami:
+class Hami(_Keys):
     """HAMi: vGPUs capped to a share of a card's memory and cores. `nvidia.com/gpu` counts
     vGPUs, each on its own card; memory and cores are per vGPU (percent of that card)."""
 
@@ -276,12 +313,109 @@ class Hami:
         return [per_percent, *ignored, *_other_whole_cards()]
 
 
-Dialect = Gpustack | Nvidia | Hami
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (Gpustack(), Nvidia(), Hami())}
+@dataclass(frozen=True)
+class Dra:
+    """NVIDIA's DRA driver for GPUs: cards claimed through a ResourceClaimTemplate composed
+    beside the Pod (`device_request`), allocated by kube-scheduler from the ResourceSlices the
+    driver publishes. Whole cards, and the MIG devices the MIG manager made, by profile.
+
+    Kueue counts a claim's devices per DeviceClass (`deviceClassMappings`), one price for every
+    device of a class, and applies no transformation to them: no count of devices is credits.
+    So the Pod states its price itself, `credits.gpustack.ai/<manufacturer>` on `main`, which
+    Kueue charges as it is (the ClusterQueue covers it), kube-scheduler ignores
+    (`ignoredResourceGroups`, compositions/kube-scheduler/dra.yaml) and the kubelet drops at
+    admission as a resource its node does not have. The device count maps to a resource no
+    ClusterQueue covers (`DRA_DEVICES`), which Kueue requires and leaves uncharged.
+    """
+
+    name: Name = "dra"
+    title: str = "NVIDIA's DRA driver for GPUs"
+    distinct_shares: bool = False  # (no shares offered)
+    sidecar_visibility: bool = False
+    fixed_partitions: bool = True  # the driver publishes the MIG devices that exist
+    privileged_cards: bool = True
+    node_labels: tuple[str, ...] = ()
+
+    def modes(self, manufacturer: str) -> frozenset[Mode]:
+        """The driver's time-slicing and MPS share one claim's card between the Pods that
+        reference that claim: no claim of one Instance takes a tenth of a card, so shares
+        and slices are not offered."""
+        if manufacturer != NVIDIA:
+            return frozenset({Mode.EXCLUSIVE})
+        return frozenset({Mode.EXCLUSIVE, Mode.PARTITIONED})
+
+    def encode(self, manufacturer: str, claim: Claim) -> dict[str, str]:
+        if manufacturer != NVIDIA:
+            return {resources.base_of(manufacturer): str(claim.cards)} if claim.cards else {}
+        if claim.mode in (Mode.EXCLUSIVE, Mode.PARTITIONED):
+            return {resources.credits_resource(manufacturer): str(claim.credits)}
+        return {}
+
+    def decode(self, keys: Mapping[str, Any]) -> tuple[str, Claim] | None:
+        """Other manufacturers' whole cards; an NVIDIA claim is in its ResourceClaim
+        (`decode_claim`), the credits key says only its price."""
+        return _whole(keys)
+
+    def device_request(self, manufacturer: str, claim: Claim) -> dict[str, Any] | None:
+        """`N` cards of the driver's `gpu.nvidia.com` class, or one MIG device of the
+        profile from its `mig.nvidia.com` class."""
+        if manufacturer != NVIDIA:
+            return None
+        if claim.mode is Mode.EXCLUSIVE:
+            exactly = {"deviceClassName": DRA_GPU_CLASS, "count": claim.cards}
+        elif claim.mode is Mode.PARTITIONED:
+            profile = f"device.attributes['{DRA_DRIVER}'].{DRA_PROFILE} == '{claim.profile}'"
+            exactly = {
+                "deviceClassName": DRA_MIG_CLASS,
+                "count": 1,
+                "selectors": [{"cel": {"expression": profile}}],
+            }
+        else:
+            return None
+        return {"name": DRA_REQUEST, "exactly": {"allocationMode": "ExactCount", **exactly}}
+
+    def decode_claim(
+        self, keys: Mapping[str, Any], request: Mapping[str, Any] | None
+    ) -> tuple[str, Claim] | None:
+        """The claim a `device_request` and the container's keys make together (the
+        inverse of `device_request` and `encode`)."""
+        if request is None:
+            return self.decode(keys)
+        exactly = request.get("exactly") or {}
+        credits = quantity.count(keys.get(resources.credits_resource(NVIDIA)))
+        if exactly.get("deviceClassName") == DRA_GPU_CLASS:
+            return NVIDIA, Claim(Mode.EXCLUSIVE, quantity.count(exactly.get("count", 1)))
+        selectors = [s.get("cel", {}).get("expression", "") for s in exactly.get("selectors", [])]
+        profiles = [found.group(1) for s in selectors if (found := _PROFILE.search(s))]
+        if exactly.get("deviceClassName") == DRA_MIG_CLASS and profiles:
+            return NVIDIA, Claim(Mode.PARTITIONED, 1, profile=profiles[0], units=credits)
+        return None
+
+    def charges(self, profile: str, credits: int) -> bool:
+        return True  # the Pod carries the price of this card's profile
+
+    def shares_bound(self, largest_node_cards: int) -> int:
+        return largest_node_cards
+
+    def refusal(self, claim: Claim) -> tuple[str, str] | None:
+        return None
+
+    def left_out(self, spec: DevicesSpec, node_labels: Mapping[str, str]) -> str:
+        return ""  # a card in MIG mode is published as its MIG devices, never as a card
+
+    def transformations(self) -> list[dict[str, Any]]:
+        return _other_whole_cards()  # the credits key is charged as it is
+
+    def device_class_mappings(self) -> list[dict[str, Any]]:
+        return [{"name": DRA_DEVICES, "deviceClassNames": [DRA_GPU_CLASS, DRA_MIG_CLASS]}]
+
+
+Dialect = Gpustack | Nvidia | Hami | Dra
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (Gpustack(), Nvidia(), Hami(), Dra())}
 
 
 def of(name: str) -> Dialect:
-    """The dialect a Catalog names (the Catalog's schema admits only the three)."""
+    """The dialect a Catalog names (the Catalog's schema admits only these four)."""
     return DIALECTS.get(name) or DIALECTS[DEFAULT]
 
 

@@ -20,6 +20,10 @@ credits alone. `quotaCheckStrategy: IgnoreUndeclared` lets a pool's queue check 
 covers (credits, or `cpu` for a CPU pool) and ignore memory and storage. `make kueue` writes
 one file per dialect, compositions/kueue/<devicePlugin>.yaml; docs/kueue.md says how to merge
 it into an existing Kueue configuration.
+
+Under `dra` no container key names the devices (a ResourceClaim does), and Kueue counts a claim's
+devices per DeviceClass without transforming them; so the Pod carries its credits itself and
+Kueue charges that key as it is (`dialects.Dra`).
 """
 
 from __future__ import annotations
@@ -32,15 +36,21 @@ API_VERSION = "config.kueue.x-k8s.io/v1beta2"
 
 
 def configuration(device_plugin: str = dialects.DEFAULT) -> dict[str, Any]:
-    """The Configuration's parts this package needs: the pod integration and the resources."""
+    """The Configuration's parts this package needs: the pod integration and the resources
+    (and, for a DRA dialect, the DeviceClasses its claims name: Kueue refuses a claim of a
+    class it has no mapping for)."""
+    found: dict[str, Any] = {
+        "quotaCheckStrategy": "IgnoreUndeclared",
+        "transformations": transformations(device_plugin),
+    }
+    mappings = dialects.of(device_plugin).device_class_mappings()
+    if mappings:
+        found["deviceClassMappings"] = mappings
     return {
         "apiVersion": API_VERSION,
         "kind": "Configuration",
         "integrations": {"frameworks": ["pod"]},
-        "resources": {
-            "quotaCheckStrategy": "IgnoreUndeclared",
-            "transformations": transformations(device_plugin),
-        },
+        "resources": found,
     }
 
 

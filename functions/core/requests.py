@@ -207,7 +207,7 @@ def plan(
 
 
 def _inexpressible(mode: Mode, facts: InstanceTypeFacts, dialect: Dialect) -> Refusal:
-    able = " or ".join(dialects.expressing(mode, facts.manufacturer)) or "none"
+    able = _either(dialects.expressing(mode, facts.manufacturer))
     spec = MODES[mode]
     message = (
         f"devicePlugin: {dialect.name} ({dialect.title}) cannot give {spec.what} of "
@@ -215,6 +215,13 @@ def _inexpressible(mode: Mode, facts: InstanceTypeFacts, dialect: Dialect) -> Re
         "(the Catalog's spec.devicePlugin) for this request"
     )
     return Refusal(f"{FIELD}.{spec.fields[0]}", message, reasons.FORBIDDEN)  # the mode's field
+
+
+def _either(names: list[str]) -> str:
+    """`gpustack`, `gpustack or hami`, `gpustack, nvidia or dra` (`none` for no name)."""
+    if len(names) < 3:
+        return " or ".join(names) or "none"
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _not_ready(facts: InstanceTypeFacts) -> Wait:

@@ -28,7 +28,12 @@ from functions.handlers.instance.outcome import (
     Waiting,
     refused,
 )
-from functions.handlers.instance.pod import PodInputs, render_pod, render_service
+from functions.handlers.instance.pod import (
+    PodInputs,
+    render_claim_template,
+    render_pod,
+    render_service,
+)
 from functions.views import ListView, View, passed_on
 
 # The XRD's rule in its words (compositions/xrds/instance.yaml), which the handler applies
@@ -84,9 +89,12 @@ def start(instance: Instance, facts: InstanceTypeFacts, hostname: str | None) ->
     composed = {"service": service} if service is not None else {}
     if instance.replacing is not None:  # this round drops the Pod, the next one makes it
         return replace(instance.replacing, resources=composed)
-    pod = render_pod(instance.spec, inputs)
+    claim_template = render_claim_template(inputs)
+    pod = render_pod(instance.spec, inputs, claim_template)
     if instance.kept is not None:
         keep_placement_and_size(pod, instance.kept)
+    if claim_template is not None:
+        composed = {"resourceclaimtemplate": claim_template, **composed}
     composed = {"pod": pod, **composed}
     status = pod_status(instance.kept, instance.request.observed("service"))
     return Running(reasons.POD_COMPOSED, composed, status)
@@ -144,7 +152,7 @@ def keep_placement_and_size(pod: dict[str, Any], observed: View) -> None:
     )
     if observed_main is not None and observed_main.has("resources"):
         pod["spec"]["containers"][0]["resources"] = passed_on(observed_main.view("resources"))
-    for field in ("nodeSelector", "affinity", "runtimeClassName"):
+    for field in ("nodeSelector", "affinity", "runtimeClassName", "resourceClaims"):
         kept = observed.get("spec", field)
         if kept is not None:
             pod["spec"][field] = passed_on(kept)

@@ -6,16 +6,19 @@ module only lays the Pod out.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from functions.core import apis, labels, names, resources
-from functions.core.dialects import DEFAULT, DIALECTS, Dialect
+from functions.core.dialects import DEFAULT, DIALECTS, DRA_REQUEST, Dialect
 from functions.core.modes import MODES, Claim, Mode
 from functions.core.requests import Plan
 from functions.handlers.instance import pin
 from functions.views import View
 
 SSH_IMAGE = "gpustack/ssh-server:v1.3.0"
+DRA_CLAIM = DRA_REQUEST  # the Pod's claim is named for its one request
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,32 @@ class PodInputs:
     spec_digest: str = ""  # the Instance spec the Pod is made from (`record.spec_digest`)
 
 
-def render_pod(spec: View, inputs: PodInputs) -> dict:
-    """The Pod, with `main` (and the SSH sidecar), the volumes and the placement."""
+def render_claim_template(inputs: PodInputs) -> dict | None:
+    """Under a DRA dialect, the ResourceClaimTemplate the Pod's claim is made from: its name
+    is the Instance's and a digest of what it asks, since a template's spec cannot change —
+    another request is another template (the Pod is replaced with it), and Crossplane deletes
+    the one no longer composed."""
+    request = inputs.dialect.device_request(inputs.manufacturer, inputs.plan.claim)
+    if request is None:
+        return None
+    spec = {"spec": {"devices": {"requests": [request]}}}
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    name = f"{names.fitted(inputs.name, names.COMPOSITE_NAME_MAX - 11)}-{digest[:10]}"
+    return {
+        "apiVersion": apis.RESOURCE,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {
+            "name": name,
+            "namespace": inputs.namespace,
+            "labels": {labels.INSTANCE: inputs.name},
+        },
+        "spec": spec,
+    }
+
+
+def render_pod(spec: View, inputs: PodInputs, claim_template: dict | None = None) -> dict:
+    """The Pod, with `main` (and the SSH sidecar), the volumes and the placement; its
+    accelerators claimed from `claim_template` where the dialect claims them through DRA."""
     main = main_container(spec, inputs)
     volumes = [workspace_volume(spec)]
     for index, volume in enumerate(spec.list("additionalVolumes").views()):
@@ -60,6 +87,10 @@ def render_pod(spec: View, inputs: PodInputs) -> dict:
     }
     if spec.has("imagePullSecret"):
         pod_spec["imagePullSecrets"] = [{"name": spec.str("imagePullSecret", "name")}]
+    if claim_template is not None:
+        template = claim_template["metadata"]["name"]
+        pod_spec["resourceClaims"] = [{"name": DRA_CLAIM, "resourceClaimTemplateName": template}]
+        main["resources"]["claims"] = [{"name": DRA_CLAIM}]
     metadata: dict = {
         "name": inputs.name,
         "namespace": inputs.namespace,
