@@ -5,12 +5,19 @@ of the simulator's client they call (simulator/gpustack_sim/client.py)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+# Kinds the API server serves in more than one version, by the one read and written here.
+API_VERSIONS = {
+    kind: "resource.k8s.io/v1"
+    for kind in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+}
 
 
 def configuration(kubeconfig: Path) -> kubernetes.client.Configuration:
@@ -27,7 +34,7 @@ class Api:
         self.core = kubernetes.client.CoreV1Api(self.client)
 
     def resource(self, kind: str) -> Any:
-        return self.dynamic.resources.get(kind=kind)
+        return self.dynamic.resources.get(kind=kind, api_version=API_VERSIONS.get(kind))
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         try:
@@ -43,13 +50,23 @@ class Api:
             return []
         return [item.to_dict() for item in found.items]
 
-    peek_list = list  # the simulator's read-only list: here every read is a copy already
+    # the simulator's read-only reads: here every read is a copy already
+    peek = get
+    peek_list = list
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """An update of the whole object, as client-go's Update: refused (and retried by the
-        caller's next pass) when the object changed since it was read."""
+        caller's next pass) when the object changed since it was read; a create where there is
+        none yet (a driver publishing its ResourceSlice)."""
         namespace = obj["metadata"].get("namespace")
-        return self.resource(obj["kind"]).replace(body=obj, namespace=namespace).to_dict()
+        try:
+            return self.resource(obj["kind"]).replace(body=obj, namespace=namespace).to_dict()
+        except NotFoundError:
+            return self.create(obj)
+
+    def delete(self, kind: str, name: str, namespace: str = "") -> None:
+        with contextlib.suppress(NotFoundError):  # already gone
+            self.resource(kind).delete(name=name, namespace=namespace or None)
 
     def patch_status(self, kind: str, name: str, namespace: str, status: dict[str, Any]) -> None:
         self.resource(kind).status.patch(

@@ -16,7 +16,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,11 +140,13 @@ class ControlPlane:
         self,
         root: Path,
         kwok_stages: Sequence[dict[str, Any]],
-        scheduler_extenders: Sequence[dict[str, Any]] = (),
+        scheduler: Mapping[str, Any] | None = None,
     ):
+        """`scheduler`: what kube-scheduler's configuration adds to its defaults (extenders,
+        profiles), as a cluster's operator writes it."""
         self.root = root
         self.kwok_stages = list(kwok_stages)
-        self.scheduler_extenders = list(scheduler_extenders)
+        self.scheduler = dict(scheduler or {})
         self.processes: dict[str, Process] = {}
         self.pki_dir = root / "pki"
         self.pki_dir.mkdir(parents=True, exist_ok=True)
@@ -290,9 +292,9 @@ class ControlPlane:
         )
 
     def start_scheduler(self) -> None:
-        """kube-scheduler, with a configuration file where it calls extenders (a file's
-        clientConnection and leaderElection replace the flags that say the same)."""
-        if not self.scheduler_extenders:
+        """kube-scheduler, with a configuration file where the cluster configures it (a
+        file's clientConnection and leaderElection replace the flags that say the same)."""
+        if not self.scheduler:
             self.start_component("kube-scheduler")
             return
         config = self.root / "kube-scheduler.yaml"
@@ -303,7 +305,7 @@ class ControlPlane:
                     "kind": "KubeSchedulerConfiguration",
                     "clientConnection": {"kubeconfig": str(self.kubeconfig)},
                     "leaderElection": {"leaderElect": False},
-                    "extenders": self.scheduler_extenders,
+                    **self.scheduler,
                 }
             )
         )

@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from e2e import install, kubevirt, provisioner
 from e2e.api import Api
 from e2e.binaries import binary, module_dir, versions
@@ -30,6 +32,7 @@ from e2e.kube import Kubectl, documents, eventually
 from e2e.node import SimulatedNode
 from gpustack_sim import kube
 from gpustack_sim.deviceplugin import cards_of
+from gpustack_sim.dra import NvidiaDraDriver
 from gpustack_sim.gfd import GpuFeatureDiscovery
 from gpustack_sim.gpuoperator import GpuOperator
 from gpustack_sim.plugins import device_plugins
@@ -106,12 +109,22 @@ class Environment:
         self.legacy_set = legacy_set
         # HAMi schedules through kube-scheduler's extender: served before the scheduler starts
         self.extender = HamiExtender(free_port()) if device_plugin == "hami" else None
-        extenders = [self.extender.config()] if self.extender else []
-        self.plane = ControlPlane(root, kwok_stages(), extenders)
+        self.plane = ControlPlane(root, kwok_stages(), self.scheduler_configuration())
         self.kubectl = Kubectl(self.plane.kubeconfig)
         self.nodes: dict[str, SimulatedNode] = {}
         self.stop_nodes = threading.Event()
         self.node_errors: list[str] = []
+
+    def scheduler_configuration(self) -> dict[str, Any]:
+        """What kube-scheduler's configuration adds for the device plugin: HAMi's extender, or
+        the profiles the package ships for it (compositions/kube-scheduler/<devicePlugin>.yaml:
+        under dra, NodeResourcesFit ignores the credits a Pod carries)."""
+        if self.extender is not None:
+            return {"extenders": [self.extender.config()]}
+        shipped = COMPOSITIONS / "kube-scheduler" / f"{self.device_plugin}.yaml"
+        if not shipped.exists():
+            return {}
+        return {"profiles": yaml.safe_load(shipped.read_text())["profiles"]}
 
     @property
     def legacy(self) -> bool:
@@ -138,7 +151,13 @@ class Environment:
         if self.extender is not None:
             self.extender.api = self.api
         self.plugins = device_plugins(self.api)  # it calls only what Api has of the client
-        self.operands = [GpuOperator(self.api), GpuFeatureDiscovery(self.api)]
+        # what runs on the nodes beside the device plugin: the GPU Operator's node labelling
+        # and GPU feature discovery, and NVIDIA's DRA driver publishing ResourceSlices
+        self.operands = [
+            GpuOperator(self.api),
+            GpuFeatureDiscovery(self.api),
+            NvidiaDraDriver(self.api),
+        ]
 
     def install_nfd(self) -> None:
         """NFD's release manifests (`deployment/overlays/default`) but its workloads: the

@@ -27,6 +27,8 @@ def _id(path: Path) -> str:
 # Files that hold no API object, so no API server reads them; each says who does.
 NOT_API_OBJECTS = {
     "config.kueue.x-k8s.io/v1beta2 Configuration": "kueue-manager reads it from its ConfigMap",
+    # (make e2e's real kube-scheduler loads it, strictly: e2e/environment.py)
+    "kubescheduler.config.k8s.io/v1 KubeSchedulerConfiguration": "kube-scheduler's --config file",
 }
 
 

@@ -1,5 +1,5 @@
 """The device plugins clusters already run: the example of docs/device-plugins.md, played in the
-simulated cluster with the NVIDIA GPU Operator's plugin and with HAMi.
+simulated cluster with the NVIDIA GPU Operator's plugin, with HAMi, and with NVIDIA's DRA driver.
 
 An 8×H100 node (two cards in MIG mode, one 3g.40gb made by the MIG manager) and two 1×L4
 nodes, one of them time-sliced. The stand-ins are the plugins' documented behaviour
@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import kubernetes_validate
 import pytest
 from click.testing import CliRunner
 
@@ -37,7 +38,8 @@ MIG_3G = "MIG-4f6a2c1e-8b3d-5e7f-9a0b-1c2d3e4f5a60"
 
 
 def cluster(device_plugin: str) -> World:
-    files = ["devices.yaml", "nodes.yaml", "namespaces.yaml", "gpu-operator.yaml"]
+    software = "dra-driver.yaml" if device_plugin == "dra" else "gpu-operator.yaml"
+    files = ["devices.yaml", "nodes.yaml", "namespaces.yaml", software]
     world = world_from([EXAMPLE / f for f in [*files, f"catalog-{device_plugin}.yaml"]])
     world.reconcile()
     return world
@@ -188,14 +190,17 @@ def test_hami_runs_the_slice_on_the_card_its_scheduler_chose(hami):
 
 
 def test_hami_refuses_shares_and_partitions_naming_the_setting(hami):
-    for name, what in (("shared", "shares of a card"), ("partition", "a hardware partition")):
+    for name, what, able in (
+        ("shared", "shares of a card", "gpustack or nvidia"),
+        ("partition", "a hardware partition", "gpustack, nvidia or dra"),
+    ):
         message = phase_message(hami, name)
         assert message.startswith("Refused: ")
         assert f"devicePlugin: hami (HAMi) cannot give {what}" in message
-        assert "must be gpustack, nvidia or dra (the Catalog's spec.devicePlugin)" in message
+        assert f"must be {able} (the Catalog's spec.devicePlugin)" in message
 
 
-@pytest.mark.parametrize("device_plugin", ["nvidia", "hami"])
+@pytest.mark.parametrize("device_plugin", ["nvidia", "hami", "dra"])
 def test_the_example_prints_what_docs_device_plugins_shows(device_plugin):
     """After an intended change, refresh with `gpustack-fn simulate
     examples/device-plugins/scenario-<plugin>.yaml > examples/device-plugins/expected-<plugin>.txt`."""
@@ -203,6 +208,99 @@ def test_the_example_prints_what_docs_device_plugins_shows(device_plugin):
     result = CliRunner().invoke(main, ["simulate", str(scenario)])
     assert result.exit_code == 0, result.output
     assert result.output == (EXAMPLE / f"expected-{device_plugin}.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def dra() -> World:
+    world = cluster("dra")
+    run(world, "whole", "partition", "shared", "slice")
+    return world
+
+
+def claim_template(world: World, name: str) -> dict[str, Any]:
+    """The ResourceClaimTemplate the Instance's Pod claims its accelerators from."""
+    pod = world.get("Pod", name, "default")
+    (entry,) = pod["spec"]["resourceClaims"]
+    found = world.get("ResourceClaimTemplate", entry["resourceClaimTemplateName"], "default")
+    assert found is not None, entry
+    return found
+
+
+def allocated(world: World, name: str) -> list[tuple[str, str]]:
+    """(pool, device) of each device kube-scheduler allocated the Pod's claim."""
+    pod = world.get("Pod", name, "default")
+    (status,) = pod["status"]["resourceClaimStatuses"]
+    claim = world.get("ResourceClaim", status["resourceClaimName"], "default")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    return [(r["pool"], r["device"]) for r in results]
+
+
+def test_dra_claims_cards_through_a_template_and_the_pod_states_its_price(dra):
+    main = dra.get("Pod", "whole", "default")["spec"]["containers"][0]
+    assert main["resources"]["claims"] == [{"name": "accelerators"}]
+    assert main["resources"]["limits"]["credits.gpustack.ai/nvidia"] == "1600000"
+    assert keys(dra, "whole") == {} and keys(dra, "partition") == {}  # no device-plugin key
+    assert claim_template(dra, "whole")["spec"]["spec"]["devices"]["requests"] == [
+        {
+            "name": "accelerators",
+            "exactly": {
+                "allocationMode": "ExactCount",
+                "deviceClassName": "gpu.nvidia.com",
+                "count": 1,
+            },
+        }
+    ]
+    profile = "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"
+    assert claim_template(dra, "partition")["spec"]["spec"]["devices"]["requests"] == [
+        {
+            "name": "accelerators",
+            "exactly": {
+                "allocationMode": "ExactCount",
+                "deviceClassName": "mig.nvidia.com",
+                "count": 1,
+                "selectors": [{"cel": {"expression": profile}}],
+            },
+        }
+    ]
+    # Kueue charges the credits the Pod states, the same as every other dialect charges.
+    assert [charged(dra, n) for n in ("whole", "partition")] == ["1600k", "800k"]
+
+
+def test_dra_the_scheduler_allocates_and_the_agent_joins_the_claims_to_the_cards(dra):
+    for name in ("whole", "partition"):
+        assert phase_message(dra, name) == "Ready: "
+    # kube-scheduler's ImageLocality: node-l4-b has the whole Instance's image
+    assert allocated(dra, "whole") == [("node-l4-b", "gpu-0")]
+    assert allocated(dra, "partition") == [("node-h100", "gpu-0-mig-3g40gb-9-0")]
+    assert reported(dra, "node-l4-b") == [("whole", L4_B, "Exclusive")]
+    rows = dra.get("Devices", "node-h100")["spec"]["allocations"]
+    assert [(r["device"], r["mode"], r["profile"], r["placement"]) for r in rows] == [
+        (H100_0, "Partitioned", "3g.40gb", {"start": 0, "size": 4})
+    ]
+    assert row(dra, L4) == "1/1 0/0 0/0 0/0"
+    assert row(dra, H100) == "6/6 0/0 0/0 0/0"
+
+
+def test_dra_the_templates_and_claims_are_valid_resource_k8s_io_v1():
+    world = cluster("dra")
+    run(world, "whole", "partition")
+    for kind in ("ResourceClaimTemplate", "ResourceClaim", "ResourceSlice", "DeviceClass"):
+        found = world.list(kind)
+        assert found, kind
+        for obj in found:
+            kubernetes_validate.validate(obj, "1.37.0", strict=True)
+
+
+def test_dra_refuses_shares_and_slices_naming_the_setting(dra):
+    for name, field in (
+        ("shared", "acceleratorShared"),
+        ("slice", "acceleratorSlicedMemoryPercentage"),
+    ):
+        message = phase_message(dra, name)
+        assert message.startswith(
+            f"Refused: spec.resources.{field}: devicePlugin: dra (NVIDIA's DRA driver for GPUs) cannot give"
+        )
+    assert dra.get("Pod", "shared", "default") is None
 
 
 def test_hami_the_agent_follows_hamis_choice_not_the_kubelets_vgpu_ids():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -407,3 +408,13 @@ def test_a_node_with_cards_in_mig_mode_needs_the_gpu_operators_mixed_strategy(
         "whole-card Instance could be given one; set mig.strategy: mixed in the GPU "
         "Operator's ClusterPolicy (docs/device-plugins.md)"
     )
+
+
+def test_under_dra_kube_scheduler_ignores_the_credits_the_pod_carries():
+    """The Pod's price is a resource no node advertises: the shipped scheduler configuration
+    must name its group, or every Pod waits `Insufficient credits.gpustack.ai/nvidia`."""
+    shipped = yaml.safe_load((ROOT / "compositions" / "kube-scheduler" / "dra.yaml").read_text())
+    (profile,) = shipped["profiles"]
+    (fit,) = [c for c in profile["pluginConfig"] if c["name"] == "NodeResourcesFit"]
+    price = next(iter(DRA.encode("nvidia", Claim(Mode.EXCLUSIVE, 1))))
+    assert fit["args"]["ignoredResourceGroups"] == [price.split("/")[0]]

@@ -33,7 +33,12 @@ ALL_MODES = frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONE
 
 def test_the_shipped_configurations_are_what_make_kueue_writes():
     written = kueue_tool.render()
-    assert sorted(p.name for p in written) == ["dra.yaml", "gpustack.yaml", "hami.yaml", "nvidia.yaml"]
+    assert sorted(p.name for p in written) == [
+        "dra.yaml",
+        "gpustack.yaml",
+        "hami.yaml",
+        "nvidia.yaml",
+    ]
     for path, text in written.items():
         assert path.read_text() == text, f"{path.name} is stale: run `make kueue`"
 

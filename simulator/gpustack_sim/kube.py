@@ -190,6 +190,12 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Fraction]:
     return total
 
 
+def extended_resource(name: str) -> bool:
+    """Kubernetes' `IsExtendedResourceName`: a resource named with a domain other than
+    kubernetes.io's, not a quota's `requests.` name (`nvidia.com/gpu`, not `cpu`)."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
 def running(pod: Mapping[str, Any]) -> bool:
     """A Pod that holds its node's resources: bound and not finished."""
     phase = (pod.get("status") or {}).get("phase")

@@ -11,7 +11,14 @@
   that is gone, or has finished, gives its devices back; a partition the plugin created is
   destroyed with it.
 - The device plugin is the one the cluster runs (`kube.device_plugin`): gpustack's, the NVIDIA
-  GPU Operator's or HAMi's, each played from its own documentation.
+  GPU Operator's, HAMi's, or under `dra` the device-plugin part of NVIDIA's DRA driver, each
+  played from its own documentation.
+- Admission drops the extended resources a container requests that its node does not have at
+  all (pkg/kubelet/lifecycle/predicate.go, `removeMissingExtendedResources`; a resource a
+  plugin advertised once stays, at 0): they are no plugin's, so no Allocate sees them.
+- A Pod that names ResourceClaims starts only once each claim is reserved for it (the
+  kubelet's DRA manager refuses to prepare a claim whose `status.reservedFor` lacks the Pod,
+  and tries again): until then it stays as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from functions.agent.podresources import ContainerDevices
 from gpustack_sim import kube
 from gpustack_sim.client import Client
 from gpustack_sim.deviceplugin import Allocate, Card, DevicePlugin, Grant, cards_of
+from gpustack_sim.dra import pod_claim_names
 
 Checkpoint = dict[str, dict[str, list[Grant]]]  # Pod UID → container → grants
 
@@ -71,8 +79,11 @@ class Kubelet:
 
     def start(self, pod: dict[str, Any]) -> None:
         node, uid = pod["spec"]["nodeName"], pod["metadata"]["uid"]
+        if not self.claims_reserved(pod):
+            return  # the DRA manager cannot prepare its claims yet
         cards = self.cards(node)
         node_object = self.api.get("Node", node) or {}
+        present = set((node_object.get("status") or {}).get("allocatable") or {})
         held = [
             g
             for k, containers in self.checkpoint.items()
@@ -85,6 +96,7 @@ class Kubelet:
             wanted = {
                 name: math.ceil(kube.quantity(value))
                 for name, value in ((container.get("resources") or {}).get("limits") or {}).items()
+                if name in present or not kube.extended_resource(name)
             }
             call = Allocate(node_object, cards, held, pod, container["name"], wanted)
             grants = self.plugin.allocate(call)
@@ -103,14 +115,26 @@ class Kubelet:
             ],
             "hostIPs": [{"ip": f"10.0.0.{index}"}],
             "podIPs": [{"ip": f"10.244.{index}.{len(self.checkpoint)}"}],
+            **not_owned(pod),
         }
         self.api.update_status(pod)
+
+    def claims_reserved(self, pod: Mapping[str, Any]) -> bool:
+        """Is each of the Pod's ResourceClaims there and reserved for it?"""
+        namespace, uid = pod["metadata"]["namespace"], pod["metadata"]["uid"]
+        for name in pod_claim_names(pod).values():
+            claim = self.api.peek("ResourceClaim", name, namespace) if name else None
+            reserved = ((claim or {}).get("status") or {}).get("reservedFor") or []
+            if not any(r.get("uid") == uid for r in reserved):
+                return False
+        return True
 
     def fail(self, pod: dict[str, Any], why: str) -> None:
         pod["status"] = {
             "phase": "Failed",
             "reason": "UnexpectedAdmissionError",
             "message": f"Allocate failed due to {why}, which is unexpected",
+            **not_owned(pod),
         }
         self.api.update_status(pod)
 
@@ -170,6 +194,14 @@ class Kubelet:
                 if partitions or "partitions" in mig:
                     mig["partitions"] = sorted(partitions, key=lambda p: p["placement"]["start"])
         self.api.apply(devices)
+
+
+def not_owned(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the kubelet keeps of a Pod's status as it writes its own: the ResourceClaims
+    kube-controller-manager made for it (`generateAPIPodStatus`: "not owned and not modified
+    by kubelet")."""
+    kept = (pod.get("status") or {}).get("resourceClaimStatuses")
+    return {"resourceClaimStatuses": kept} if kept else {}
 
 
 def _partition(grant: Grant) -> dict[str, Any]:

@@ -11,6 +11,9 @@
   Pod accepts (only the flavor's own label keys count) and whose quota holds the request is
   assigned. With `IgnoreUndeclared` only covered resources are checked. An admitted Pod is
   ungated and given the flavor's node labels and tolerations.
+- DRA (kueuedra.py): the devices a Pod's ResourceClaimTemplates ask for, counted per DeviceClass
+  as the Configuration's `resources.deviceClassMappings` names them, are added to its requests
+  after the transformations; a claim Kueue cannot count makes the Workload Inadmissible.
 - Queues: a ClusterQueue write is refused, as Kueue's webhook refuses it, where a resource is
   covered or a flavor listed by more than one resource group; a ClusterQueue is Active when
   every flavor it names exists and it is not stopped; `HoldAndDrain` evicts its admitted
@@ -41,6 +44,7 @@ from functions import documents
 from gpustack_sim import kube
 from gpustack_sim.apiserver import FORBIDDEN, Mutator, Webhook
 from gpustack_sim.client import Client
+from gpustack_sim.kueuedra import INADMISSIBLE, DraError, dra_requests
 from gpustack_sim.nodelifecycle import DEFAULT_GRACE_SECONDS, EPOCH
 
 GATE = "kueue.x-k8s.io/admission"
@@ -127,7 +131,11 @@ class Kueue:
         self.api.update_status(pod)
         workload = workload_of(pod)
         self.api.apply(workload)
-        workload["status"] = {"resourceRequests": resource_requests(self.requests(pod))}
+        try:
+            requests = self.counted(pod)
+        except DraError:  # the workload controller reports it when it admits
+            requests = self.requests(pod)
+        workload["status"] = {"resourceRequests": resource_requests(requests)}
         self.api.update_status(workload)
 
     def requests(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
@@ -148,16 +156,32 @@ class Kueue:
                 counted[name] = counted.get(name, Fraction(0)) + amount
         return counted
 
+    def counted(self, pod: Mapping[str, Any]) -> dict[str, Fraction]:
+        """What the Workload requests: the transformed requests, and what its claims' devices
+        count as (DraError where Kueue cannot count them)."""
+        counted = self.requests(pod)
+        if pod["spec"].get("resourceClaims"):
+            mappings = self.resources.get("deviceClassMappings") or []
+            for name, amount in dra_requests(self.api, pod, mappings, POD_SET).items():
+                counted[name] = counted.get(name, Fraction(0)) + amount
+        return counted
+
     # --- admission ----------------------------------------------------------------------------
 
     def admit(self, pod: dict[str, Any]) -> None:
         workload = self.api.get("Workload", workload_name(pod), pod["metadata"]["namespace"])
         if workload is None or finished(workload):
             return
+        try:
+            counted = self.counted(pod)
+        except DraError as error:
+            return self.inadmissible(workload, error)
+        if pod["spec"].get("resourceClaims"):
+            clear_unadmitted(workload)
         queue, why = self.cluster_queue(pod)
         assigned = None
         if queue is not None:
-            requests = {k: charged(k, v) for k, v in self.requests(pod).items()}
+            requests = {k: charged(k, v) for k, v in counted.items()}
             assigned, why = self.assign(pod, queue, requests)
         if queue is None or assigned is None:
             kube.set_conditions(workload, kube.condition("QuotaReserved", "False", "Pending", why))
@@ -182,6 +206,17 @@ class Kueue:
         self.ungate(
             pod, [self.api.get("ResourceFlavor", f) for f in sorted(set(assigned.values()))]
         )
+
+    def inadmissible(self, workload: dict[str, Any], error: DraError) -> None:
+        """The workload controller's answer to claims it cannot count: no reservation,
+        QuotaReserved and Requeued False, Inadmissible."""
+        workload.setdefault("status", {}).pop("admission", None)
+        kube.set_conditions(
+            workload,
+            kube.condition("QuotaReserved", "False", INADMISSIBLE, error.message),
+            kube.condition("Requeued", "False", INADMISSIBLE, error.requeued),
+        )
+        self.api.update_status(workload)
 
     def cluster_queue(self, pod: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
         namespace, name = pod["metadata"]["namespace"], kube.labels_of(pod)[QUEUE_NAME]
@@ -510,6 +545,19 @@ def resource_requests(requests: Mapping[str, Fraction]) -> list[dict[str, Any]]:
     """`status.resourceRequests`: what Kueue counts for the pod set, after transformations."""
     resources = {r: kube.format_quantity(v) for r, v in sorted(requests.items()) if v}
     return [{"name": POD_SET, "resources": resources}]
+
+
+def clear_unadmitted(workload: dict[str, Any]) -> None:
+    """Once a DRA Workload's claims are counted, the workload controller drops the False
+    QuotaReserved and Requeued conditions an earlier attempt left."""
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    kept = [
+        c
+        for c in conditions
+        if not (c["type"] in ("QuotaReserved", "Requeued") and c["status"] == "False")
+    ]
+    if len(kept) < len(conditions):
+        workload["status"]["conditions"] = kept
 
 
 def finished(workload: Mapping[str, Any]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpustack_sim.client import Client
 from gpustack_sim.deviceplugin import DevicePlugin, GpustackPlugin
+from gpustack_sim.dra import DraPlugin
 from gpustack_sim.hami import HamiPlugin
 from gpustack_sim.nvidia import NvidiaPlugin
 
@@ -13,4 +14,9 @@ from gpustack_sim.nvidia import NvidiaPlugin
 def device_plugins(api: Client) -> dict[str, DevicePlugin]:
     """Each stand-in, reading the cluster through `api` where its plugin reads it (the GPU
     Operator's ClusterPolicy and ConfigMap)."""
-    return {"gpustack": GpustackPlugin(), "nvidia": NvidiaPlugin(api), "hami": HamiPlugin()}
+    return {
+        "gpustack": GpustackPlugin(),
+        "nvidia": NvidiaPlugin(api),
+        "hami": HamiPlugin(),
+        "dra": DraPlugin(),  # with NVIDIA's DRA driver, which world.py runs beside the kubelet
+    }

@@ -4,10 +4,12 @@ the controllers around it, settling round by round.
 Each round, in the order a real cluster would get there: Crossplane reconciles every composite,
 and the garbage collector deletes what lost its owners;
 NFD labels the nodes, and the GPU Operator (where a ClusterPolicy installs it) by NFD's labels,
-then its GPU feature discovery by the nodes' cards;
-storage binds claims; KubeVirt starts launchers; Kueue gates, admits and accounts; the
-scheduler binds; the kubelet starts Pods with their devices; the node agents report
-allocations. `reconcile()` runs rounds until nothing changes. Nothing here decides a
+then its GPU feature discovery by the nodes' cards; NVIDIA's DRA driver (where the cluster runs
+`devicePlugin: dra`) publishes each GPU node's ResourceSlice;
+storage binds claims; KubeVirt starts launchers; Kueue gates, admits and accounts;
+kube-controller-manager's resourceclaim controller makes the Pods' ResourceClaims from their
+templates and releases those of Pods that are done; the scheduler allocates claims and binds;
+the kubelet starts Pods with their devices; the node agents report allocations. `reconcile()` runs rounds until nothing changes. Nothing here decides a
 figure: the handlers and the core do, and every stand-in judges them by the real component's
 documented rules and the artefacts the package ships (DESIGN §7).
 """
@@ -25,6 +27,7 @@ from gpustack_sim.agent import Agents
 from gpustack_sim.apiserver import WARN, ApiServer
 from gpustack_sim.client import Client
 from gpustack_sim.crossplane import Crossplane
+from gpustack_sim.dra import NvidiaDraDriver, ResourceClaimController
 from gpustack_sim.garbagecollector import GarbageCollector
 from gpustack_sim.gfd import GpuFeatureDiscovery
 from gpustack_sim.gpuoperator import GpuOperator
@@ -72,10 +75,12 @@ class World:
             Nfd(client),
             GpuOperator(client),  # labels by NFD's labels
             GpuFeatureDiscovery(client),  # where the operator deployed it
+            NvidiaDraDriver(client),  # its kubelet plugin, on each node with NVIDIA cards
             Provisioner(client),
             KubeVirt(client),
             self.kueue,
-            Scheduler(client),
+            ResourceClaimController(client),
+            Scheduler(client, api_dir / "kube-scheduler"),
             self.kubelet,
             *([Agents(client, self.kubelet)] if agents else []),
         ]
