@@ -41,8 +41,8 @@ test: lint
 # legacy set (v1 XRDs, claims). Any table that differs from its expected file fails it.
 # One scenario: E2E_SCENARIOS=examples/node-loss/scenario.yaml E2E_LEGACY= make e2e
 E2E_SCENARIOS ?= examples/walkthrough/scenario.yaml examples/device-plugins/scenario-nvidia.yaml \
-                 examples/device-plugins/scenario-hami.yaml examples/node-loss/scenario.yaml \
-                 examples/gpuclass/scenario.yaml
+                 examples/device-plugins/scenario-hami.yaml examples/device-plugins/scenario-dra.yaml \
+                 examples/node-loss/scenario.yaml examples/gpuclass/scenario.yaml
 E2E_LEGACY    ?= examples/walkthrough/scenario.yaml
 e2e: $(STAMP)
 	bash e2e/build.sh

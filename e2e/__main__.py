@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from e2e import scenario
+from e2e.charges import disagreements
 from e2e.environment import COMPOSITIONS, Environment, private_mounts, settle_devices
+from e2e.kube import eventually
 
 PACKAGE_GROUPS = {
     document["spec"]["group"]
@@ -98,6 +100,7 @@ def play(args: argparse.Namespace) -> int:
         wanted = scenario.expected_steps(expected) if expected is not None else {}
         for printed in scenario.play(path, env.kubectl, expected, setup(env, root)):
             print(printed + "\n", flush=True)
+            failed += charged_as_held(env)
             title = printed.split("\n", 1)[0].removeprefix("== ")
             want = wanted.get(title)
             if want is not None and printed != want:
@@ -125,6 +128,20 @@ def play(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1 if failed else 0
+
+
+def charged_as_held(env: Environment) -> int:
+    """1 (a failure) unless, once the agents have reported, Kueue charged every Pod what its
+    allocations cost by the core's rule (e2e/charges.py), after each step."""
+    try:
+        eventually(
+            "Kueue's charges as the ledger prices them", lambda: not disagreements(env.api), 60
+        )
+    except TimeoutError:
+        for disagreement in disagreements(env.api):
+            print(f"# {disagreement}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
