@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e import scenario
-from e2e.charges import disagreements
+from e2e import charges, scenario
 from e2e.environment import COMPOSITIONS, Environment, private_mounts, settle_devices
 from e2e.kube import eventually
 
@@ -132,16 +131,20 @@ def play(args: argparse.Namespace) -> int:
 
 def charged_as_held(env: Environment) -> int:
     """1 (a failure) unless, once the agents have reported, Kueue charged every Pod what its
-    allocations cost by the core's rule (e2e/charges.py), after each step."""
+    allocations cost by the core's rule (e2e/charges.py), after each step; what was compared
+    goes to stderr."""
     try:
         eventually(
-            "Kueue's charges as the ledger prices them", lambda: not disagreements(env.api), 60
+            "Kueue's charges as the ledger prices them",
+            lambda: not charges.disagreements(env.api),
+            60,
         )
+        failed = 0
     except TimeoutError:
-        for disagreement in disagreements(env.api):
-            print(f"# {disagreement}", file=sys.stderr)
-        return 1
-    return 0
+        failed = 1
+    for line in charges.compared(env.api):
+        print(f"# {line}", file=sys.stderr)
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,10 +13,15 @@ import kubernetes
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
+from functions.core import apis
+
 # Kinds the API server serves in more than one version, by the one read and written here.
 API_VERSIONS = {
-    kind: "resource.k8s.io/v1"
-    for kind in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+    **{
+        kind: apis.RESOURCE
+        for kind in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+    },
+    **{kind: apis.KUEUE for kind in ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Workload")},
 }
 
 

@@ -20,8 +20,13 @@ CREDITS_PREFIX = credits_resource("")  # `credits.gpustack.ai/`
 
 
 def disagreements(api: Api) -> list[str]:
-    """Each running Instance Pod whose Workload Kueue charged other credits than its
-    allocations cost (a Pod no agent reports yet is not judged)."""
+    """Each Pod whose Workload Kueue charged other credits than its allocations cost."""
+    return [line for line in compared(api) if "differ" in line]
+
+
+def compared(api: Api) -> list[str]:
+    """What Kueue charged each admitted Pod the agents report, and whether its allocations
+    cost the same (a Pod no agent reports yet is not judged)."""
     held = _held(api.list("Devices"))
     found = []
     for workload in api.list("Workload"):
@@ -29,8 +34,8 @@ def disagreements(api: Api) -> list[str]:
         charged = _charged(workload)
         if pod is None or not charged or pod not in held:
             continue
-        if charged != held[pod]:
-            found.append(f"{pod}: Kueue charged {charged}, its allocations cost {held[pod]}")
+        verdict = "as" if charged == held[pod] else "differ: its allocations cost"
+        found.append(f"{pod}: Kueue charged {charged}, {verdict} {held[pod]}")
     return sorted(found)
 
 

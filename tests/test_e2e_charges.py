@@ -58,6 +58,10 @@ def test_a_workload_charged_other_than_its_allocations_cost_is_named():
             workload("unreported", "1600k"),  # no agent reports it yet: not judged
         ],
     )
+    assert charges.compared(cluster) == [
+        "default/part: Kueue charged 400000, differ: its allocations cost 800000",
+        "default/whole: Kueue charged 1600000, as 1600000",
+    ]
     assert charges.disagreements(cluster) == [
-        "default/part: Kueue charged 400000, its allocations cost 800000"
+        "default/part: Kueue charged 400000, differ: its allocations cost 800000"
     ]
