@@ -334,7 +334,7 @@ def test_the_scheduler_allocates_and_reserves_before_binding(request_, devices):
 
 
 CANNOT = (
-    "0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, "
+    "0/1 nodes are available: 1 cannot allocate all claims. "
     "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
 )
 
@@ -405,7 +405,7 @@ def test_a_missing_device_class_refuses_the_pod_before_any_node():
     assert scheduled(world, "p") == (
         "Pending",
         "0/1 nodes are available: request accelerators: device class gpu.nvidia.com does not "
-        "exist. no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption "
+        "exist. preemption: 0/1 nodes are available: 1 Preemption "
         "is not helpful for scheduling.",
     )
 

@@ -23,10 +23,12 @@ Kubernetes 1.37) and its structured-parameters allocator, for the Pods that name
   versions (`semver()`, `compareTo`, `isGreaterThan`, `isLessThan`, `major`, `minor`, `patch`)
   and quantities (`quantity()`, the same comparisons, `asInteger`). An expression that fails to
   evaluate matches no device (kube-scheduler aborts the attempt with the error: not played).
-- PostFilter: for a Pod with claims, "still not schedulable" before DefaultPreemption's part of
-  the message; where a claim the node selector kept out is reserved for no other Pod, it is
-  deallocated instead ("deallocation of ResourceClaim completed"). A PreFilter failure leaves it
-  no claims: "no new claims to deallocate".
+- PostFilter: where it deallocates nothing it adds nothing to the message (kube-scheduler
+  v1.37.2 on `make e2e`: "… 2 node(s) didn't match Pod's node affinity/selector. preemption: …",
+  where earlier releases wrote "still not schedulable" or "no new claims to deallocate"), the
+  PreFilter's failure included; where a claim the node selector kept out is reserved for no
+  other Pod, it deallocates it ("deallocation of ResourceClaim completed", not seen on a real
+  cluster here).
 - PreBind, before the binding: each claim it allocated gets kube-scheduler's finalizer, then its
   `status.allocation` (the results; a node selector on the node's name) and, every claim, the
   Pod in `status.reservedFor`.
@@ -50,9 +52,7 @@ from gpustack_sim.validation import cel_program
 
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
-STILL_NOT_SCHEDULABLE = "still not schedulable"
 DEALLOCATED = "deallocation of ResourceClaim completed"
-NO_NEW_CLAIMS = "no new claims to deallocate"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 Device = tuple[str, str, str]  # (driver, pool, device name): what an allocation result names
@@ -219,7 +219,7 @@ class DynamicResources:
                 status = {k: v for k, v in claim["status"].items() if k not in cleared}
                 self.api.update_status({**claim, "status": status})
                 return DEALLOCATED
-        return STILL_NOT_SCHEDULABLE
+        return ""  # nothing deallocated: nothing said
 
     # --- PreBind ------------------------------------------------------------------------------
 

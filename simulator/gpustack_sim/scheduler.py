@@ -36,7 +36,7 @@ from typing import Any
 from functions import documents
 from gpustack_sim import kube
 from gpustack_sim.client import Client
-from gpustack_sim.dynamicresources import NO_NEW_CLAIMS, Allocation, DynamicResources
+from gpustack_sim.dynamicresources import Allocation, DynamicResources
 from gpustack_sim.hami import HamiScheduler
 
 # What a cordoned node is tainted with (the node lifecycle's TaintNodesByCondition); a Pod that
@@ -229,10 +229,10 @@ def fit_error(nodes: int, unfits: list[Unfit], post_filter: str = "") -> str:
 
 def pre_filter_error(nodes: int, message: str) -> str:
     """The FitError of a Pod a PreFilter plugin (DynamicResources') refused before any node was
-    tried: its message instead of the nodes' reasons; every node unresolvable for preemption,
-    and the DynamicResources PostFilter left with no claims."""
+    tried: its message instead of the nodes' reasons, and every node unresolvable for
+    preemption."""
     return (
-        f"0/{nodes} nodes are available: {message}. {NO_NEW_CLAIMS}, "
+        f"0/{nodes} nodes are available: {message}. "
         f"preemption: 0/{nodes} nodes are available: {nodes} {NOT_HELPFUL}."
     )
 

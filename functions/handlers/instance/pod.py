@@ -18,7 +18,6 @@ from functions.handlers.instance import pin
 from functions.views import View
 
 SSH_IMAGE = "gpustack/ssh-server:v1.3.0"
-DRA_CLAIM = DRA_REQUEST  # the Pod's claim is named for its one request
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,8 @@ def render_claim_template(inputs: PodInputs) -> dict | None:
     if request is None:
         return None
     spec = {"spec": {"devices": {"requests": [request]}}}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-    name = f"{names.fitted(inputs.name, names.COMPOSITE_NAME_MAX - 11)}-{digest[:10]}"
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    name = f"{names.fitted(inputs.name, names.COMPOSITE_NAME_MAX - len(digest) - 1)}-{digest}"
     return {
         "apiVersion": apis.RESOURCE,
         "kind": "ResourceClaimTemplate",
@@ -89,8 +88,10 @@ def render_pod(spec: View, inputs: PodInputs, claim_template: dict | None = None
         pod_spec["imagePullSecrets"] = [{"name": spec.str("imagePullSecret", "name")}]
     if claim_template is not None:
         template = claim_template["metadata"]["name"]
-        pod_spec["resourceClaims"] = [{"name": DRA_CLAIM, "resourceClaimTemplateName": template}]
-        main["resources"]["claims"] = [{"name": DRA_CLAIM}]
+        # the Pod's one claim is named for the template's one request
+        entry = {"name": DRA_REQUEST, "resourceClaimTemplateName": template}
+        pod_spec["resourceClaims"] = [entry]
+        main["resources"]["claims"] = [{"name": DRA_REQUEST}]
     metadata: dict = {
         "name": inputs.name,
         "namespace": inputs.namespace,
