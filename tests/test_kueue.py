@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 import yaml
 
-from functions.core import mig
+from functions.core import dialects, mig
 from functions.core.modes import Mode
 from functions.core.quantity import GIB
 from functions.core.requests import InstanceTypeFacts, Plan, plan
@@ -33,7 +33,7 @@ ALL_MODES = frozenset({Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONE
 
 def test_the_shipped_configurations_are_what_make_kueue_writes():
     written = kueue_tool.render()
-    assert sorted(p.name for p in written) == [
+    assert sorted(p.name for p in written if p.parent == SHIPPED) == [
         "dra.yaml",
         "gpustack.yaml",
         "hami.yaml",
@@ -41,6 +41,14 @@ def test_the_shipped_configurations_are_what_make_kueue_writes():
     ]
     for path, text in written.items():
         assert path.read_text() == text, f"{path.name} is stale: run `make kueue`"
+
+
+def test_the_catalogs_device_plugin_enum_is_the_dialects():
+    xrd = kueue_tool.catalog_xrd(kueue_tool.CATALOG_XRD.read_text())
+    schema = yaml.safe_load(xrd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert schema["properties"]["spec"]["properties"]["devicePlugin"]["enum"] == list(
+        dialects.DIALECTS
+    )
 
 
 def facts(manufacturer: str, card_mib: int, product: str = "", cards: int = 8) -> InstanceTypeFacts:
