@@ -62,6 +62,8 @@ CASES = (
          WALKTHROUGH / "functions.yaml", (EXAMPLES / "device-plugins" / "devices.yaml",)),
     Case(EXAMPLES / "device-plugins" / "catalog-hami.yaml", "catalog",
          WALKTHROUGH / "functions.yaml", (EXAMPLES / "device-plugins" / "devices.yaml",)),
+    Case(EXAMPLES / "device-plugins" / "catalog-dra.yaml", "catalog",
+         WALKTHROUGH / "functions.yaml", (EXAMPLES / "device-plugins" / "devices.yaml",)),
     *(
         Case(GPUCLASS / name, "gpuclass", GPUCLASS / "functions.yaml",
              (GPUCLASS / "classes.yaml", GPUCLASS / "cluster.yaml",
