@@ -263,7 +263,7 @@ class Hami(_Keys):
 
     def encode(self, manufacturer: str, claim: Claim) -> dict[str, str]:
         if manufacturer != NVIDIA:
-            return {resources.base_of(manufacturer): str(claim.cards)} if claim.cards else {}
+            return _own_plugins_whole_cards(manufacturer, claim)
         if claim.mode is Mode.EXCLUSIVE:
             return {GPU: str(claim.cards), HAMI_MEMORY_PERCENTAGE: "100", HAMI_CORES: "100"}
         if claim.mode is Mode.SLICED:
@@ -346,7 +346,7 @@ class Dra:
 
     def encode(self, manufacturer: str, claim: Claim) -> dict[str, str]:
         if manufacturer != NVIDIA:
-            return {resources.base_of(manufacturer): str(claim.cards)} if claim.cards else {}
+            return _own_plugins_whole_cards(manufacturer, claim)
         if claim.mode in (Mode.EXCLUSIVE, Mode.PARTITIONED):
             return {resources.credits_resource(manufacturer): str(claim.credits)}
         return {}
@@ -495,6 +495,11 @@ def _replace(key: str, manufacturer: str = "", credits: int = 0) -> dict[str, An
             resources.credits_resource(manufacturer): quantity.format_decimal(credits)
         }
     return found
+
+
+def _own_plugins_whole_cards(manufacturer: str, claim: Claim) -> dict[str, str]:
+    """Another manufacturer's whole cards, on the key its own device plugin advertises."""
+    return {resources.base_of(manufacturer): str(claim.cards)} if claim.cards else {}
 
 
 def _other_whole_cards() -> list[dict[str, Any]]:
