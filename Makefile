@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format legacy kueue bench schemas clean package soak e2e
+.PHONY: demo test lint format generate modes legacy kueue bench schemas clean package soak e2e
 
 # The product with its test tools, and the simulator, its own distribution (simulator/), both
 # editable from this checkout.
@@ -51,6 +51,13 @@ e2e: $(STAMP)
 	  $(BIN)/python -m e2e play $$scenario || exit 1; done
 	for scenario in $(E2E_LEGACY); do \
 	  $(BIN)/python -m e2e play $$scenario --legacy || exit 1; done
+
+# Every generated file, in order: the XRDs' per-mode parts from the table of modes, the Kueue
+# configurations and the Catalog's devicePlugin enum from the dialects, then the legacy set.
+generate: modes kueue legacy
+
+modes: $(STAMP)
+	$(BIN)/python tools/modes.py
 
 legacy: $(STAMP)
 	$(BIN)/python tools/legacy.py

@@ -8,8 +8,9 @@ import yaml
 
 from functions.core import labels, ledger, pools, requests
 from functions.core.ledger import GroupSummary
-from functions.core.modes import MODES, NO_CLAIM, SHARE, Claim, D, Mode
+from functions.core.modes import MODES, NO_CLAIM, SHARE, Claim, D, FieldKind, Mode
 from tests.conftest import ROOT
+from tools import modes as modes_tool
 
 
 def xrd(name: str) -> dict:
@@ -46,7 +47,36 @@ def test_the_instancetype_status_has_a_view_for_each_mode():
 
 def test_the_instance_asks_for_each_mode_by_the_fields_the_table_names():
     resources = schema("instance")["properties"]["spec"]["properties"]["resources"]["properties"]
-    assert all(name in resources for spec in MODES.values() for name in spec.fields)
+    assert all(f.name in resources for spec in MODES.values() for f in spec.fields)
+
+
+def test_the_xrds_are_what_make_generate_writes_from_the_table():
+    for path, text in modes_tool.render().items():
+        assert path.read_text() == text, f"{path.name} is stale: run `make generate`"
+
+
+def test_a_request_field_is_read_as_its_kind_declares_it():
+    read_as = {
+        FieldKind.QUANTITY: set(requests._QUANTITIES),
+        FieldKind.COUNT: set(requests._INTEGERS),
+        FieldKind.PERCENT: set(requests._INTEGERS),
+        FieldKind.NAME: {requests.PROFILE},
+    }
+    for spec in MODES.values():
+        for f in spec.fields:
+            assert f.name in read_as[f.kind], f"{f.name} is a {f.kind.value}"
+
+
+def test_the_instance_declares_each_request_field_as_its_kind():
+    resources = schema("instance")["properties"]["spec"]["properties"]["resources"]["properties"]
+    quantity = resources["cpu"]
+    for spec in MODES.values():
+        for f in spec.fields:
+            declared = resources[f.name]
+            if f.kind is FieldKind.QUANTITY:
+                assert declared == quantity
+            else:
+                assert declared["description"] == f.description
 
 
 def test_a_devices_allocation_names_the_modes_of_the_table():

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from enum import IntEnum
+from enum import Enum, IntEnum
 from types import MappingProxyType
 
 D = 1_600_000  # credits per whole card (2⁹ × 5⁵: 1 % and one share are integers)
@@ -60,6 +60,24 @@ class Mode(IntEnum):
         raise ValueError(f"must be one of {', '.join(m.title for m in TAKEN)}, got {title!r}")
 
 
+class FieldKind(Enum):
+    """What a request field holds, as the Instance XRD declares it (tools/modes.py)."""
+
+    QUANTITY = "quantity"  # a count as a Kubernetes quantity (`accelerator: "2"`)
+    COUNT = "count"  # an integer from 0
+    PERCENT = "percent"  # an integer from 0 to 100
+    NAME = "name"  # a name of at most 63 characters (a partition profile)
+
+
+@dataclass(frozen=True)
+class RequestField:
+    """One `spec.resources` field of an Instance that asks for a mode."""
+
+    name: str
+    kind: FieldKind
+    description: str
+
+
 @dataclass(frozen=True)
 class ModeSpec:
     """What one sharing mode is called and costs, wherever it is spelled.
@@ -74,13 +92,18 @@ class ModeSpec:
     mode: Mode
     abbreviation: str  # its part of the InstanceType's ACCELERATOR(EX/SH/SL/PT) column
     view: str  # its view in `InstanceType.status`
-    fields: tuple[str, ...]  # the `spec.resources` fields that ask for it; the first names it
+    fields: tuple[RequestField, ...]  # the `spec.resources` fields that ask for it
     what: str  # what a request of it takes, as a refusal says it
     suffix: str  # its resource keys' suffix on the manufacturer's base (`nvidia.com/gpu.shared`)
     unit_credits: int  # credits per count
     one_card: bool = False  # a part of one card, priced in units once the card is known
     fit: str = ""  # the fit label prefix a Pod's affinity reads (`<prefix><aKey>`)
     fit_from: int = 0  # the least count a claim's fit expression is written for
+
+    @property
+    def field(self) -> str:
+        """The field that names the mode (a refusal of the mode points at it)."""
+        return self.fields[0].name
 
     def count(self, claim: Claim) -> int:
         """What the credit rule and the fit label count of a claim: units, or cards."""
@@ -103,7 +126,13 @@ MODES: Mapping[Mode, ModeSpec] = MappingProxyType(
                 Mode.EXCLUSIVE,
                 abbreviation="EX",
                 view="accelerator",
-                fields=("accelerator",),
+                fields=(
+                    RequestField(
+                        "accelerator",
+                        FieldKind.QUANTITY,
+                        "Whole cards of one node, each held alone.",
+                    ),
+                ),
                 what="whole cards",
                 suffix="",
                 unit_credits=D,
@@ -113,7 +142,13 @@ MODES: Mapping[Mode, ModeSpec] = MappingProxyType(
                 Mode.SHARED,
                 abbreviation="SH",
                 view="acceleratorShared",
-                fields=("acceleratorShared",),
+                fields=(
+                    RequestField(
+                        "acceleratorShared",
+                        FieldKind.COUNT,
+                        "One share on each of this many distinct cards of one node.",
+                    ),
+                ),
                 what="shares of a card",
                 suffix=".shared",
                 unit_credits=SHARE,
@@ -124,7 +159,18 @@ MODES: Mapping[Mode, ModeSpec] = MappingProxyType(
                 Mode.SLICED,
                 abbreviation="SL",
                 view="acceleratorSliced",
-                fields=("acceleratorSlicedMemoryPercentage", "acceleratorSlicedCoresPercentage"),
+                fields=(
+                    RequestField(
+                        "acceleratorSlicedMemoryPercentage",
+                        FieldKind.PERCENT,
+                        "A logical slice of one card: this percentage of its memory.",
+                    ),
+                    RequestField(
+                        "acceleratorSlicedCoresPercentage",
+                        FieldKind.PERCENT,
+                        "A logical slice of one card: this percentage of its cores.",
+                    ),
+                ),
                 what="a memory slice of a card",
                 suffix=".sliced",
                 unit_credits=1,
@@ -135,7 +181,13 @@ MODES: Mapping[Mode, ModeSpec] = MappingProxyType(
                 Mode.PARTITIONED,
                 abbreviation="PT",
                 view="acceleratorPartitioned",
-                fields=("acceleratorPartitionedProfile",),
+                fields=(
+                    RequestField(
+                        "acceleratorPartitionedProfile",
+                        FieldKind.NAME,
+                        "A hardware (MIG) partition of one card, by profile (3g.40gb).",
+                    ),
+                ),
                 what="a hardware partition",
                 suffix=".partitioned",
                 unit_credits=1,

@@ -22,10 +22,10 @@ from functions.core.quantity import GIB, MIB, QuantityError
 EPHEMERAL_DEFAULT = 15 * GIB
 FIELD = "spec.resources"
 # The fields an accelerator is asked for with, as the table of modes names them.
-(ACCELERATOR,) = MODES[Mode.EXCLUSIVE].fields
-(SHARED,) = MODES[Mode.SHARED].fields
-SLICE_MEMORY, SLICE_CORES = MODES[Mode.SLICED].fields
-(PROFILE,) = MODES[Mode.PARTITIONED].fields
+(ACCELERATOR,) = (f.name for f in MODES[Mode.EXCLUSIVE].fields)
+(SHARED,) = (f.name for f in MODES[Mode.SHARED].fields)
+SLICE_MEMORY, SLICE_CORES = (f.name for f in MODES[Mode.SLICED].fields)
+(PROFILE,) = (f.name for f in MODES[Mode.PARTITIONED].fields)
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def _inexpressible(mode: Mode, facts: InstanceTypeFacts, dialect: Dialect) -> Re
         f"instance type {facts.name}; the cluster's device plugin must be {able} "
         "(the Catalog's spec.devicePlugin) for this request"
     )
-    return Refusal(f"{FIELD}.{spec.fields[0]}", message, reasons.FORBIDDEN)  # the mode's field
+    return Refusal(f"{FIELD}.{spec.field}", message, reasons.FORBIDDEN)  # the mode's field
 
 
 def _either(names: list[str]) -> str:
