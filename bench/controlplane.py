@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cluster
+from e2e.cluster import FLEET
 from e2e.environment import REPOSITORY, Environment, private_mounts
 from e2e.kube import eventually
 
@@ -80,7 +81,7 @@ def pool_nodes(env: Environment) -> int:
 
 def run(nodes: int, root: Path) -> dict[str, Any]:
     built = cluster.build(nodes)
-    env = Environment(root, "gpustack")
+    env = Environment(root, "gpustack", scale=FLEET)
     started = time.monotonic()
     env.start()
     up = time.monotonic() - started

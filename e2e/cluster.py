@@ -133,6 +133,24 @@ def kubeconfig(path: Path, server: str, ca: Path, client: pki.KeyPair, user: str
     return path
 
 
+@dataclass(frozen=True)
+class Scale:
+    """How the control plane is tuned for the number of nodes it holds.
+
+    A scenario's few nodes need no watch cache (it costs memory and start-up time) and renew
+    their leases as kubelets do (every 10 s of a 40 s lease). A thousand KWOK nodes on two
+    cores would spend the API server's writes on leases alone (100 a second), and every
+    controller's lists would go to kine's SQLite: a fleet keeps the watch cache on and renews
+    longer leases, the node lifecycle controller's grace period as long as one lease.
+    """
+
+    watch_cache: bool = False
+    lease_seconds: int = 40
+
+
+SCENARIO, FLEET = Scale(), Scale(watch_cache=True, lease_seconds=600)
+
+
 class ControlPlane:
     """kine, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK on loopback."""
 
@@ -141,12 +159,14 @@ class ControlPlane:
         root: Path,
         kwok_stages: Sequence[dict[str, Any]],
         scheduler: Mapping[str, Any] | None = None,
+        scale: Scale = SCENARIO,
     ):
         """`scheduler`: what kube-scheduler's configuration adds to its defaults (extenders,
         profiles), as a cluster's operator writes it."""
         self.root = root
         self.kwok_stages = list(kwok_stages)
         self.scheduler = dict(scheduler or {})
+        self.scale = scale
         self.processes: dict[str, Process] = {}
         self.pki_dir = root / "pki"
         self.pki_dir.mkdir(parents=True, exist_ok=True)
@@ -257,8 +277,7 @@ class ControlPlane:
                 # its Endpoints would name 127.0.0.1, which Endpoints may not hold; nothing reads them
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
-                # a watch cache per resource costs memory and start-up time a test does not need
-                "--watch-cache=false",
+                f"--watch-cache={str(self.scale.watch_cache).lower()}",
             ],
         )
         self.wait_healthy("kube-apiserver", self.apiserver_port, "/readyz")
@@ -289,7 +308,15 @@ class ControlPlane:
             f"--service-account-private-key-file={self.service_account.key}",
             f"--root-ca-file={self.ca.cert}",
             "--use-service-account-credentials=false",
+            *self.node_monitor_flags(),
         )
+
+    def node_monitor_flags(self) -> list[str]:
+        """A lease longer than the default grace period (50 s) needs a grace period to match,
+        or every node would go Unknown between two renewals."""
+        if self.scale.lease_seconds <= SCENARIO.lease_seconds:
+            return []
+        return [f"--node-monitor-grace-period={self.scale.lease_seconds}s"]
 
     def start_scheduler(self) -> None:
         """kube-scheduler, with a configuration file where the cluster configures it (a
@@ -327,7 +354,7 @@ class ControlPlane:
                     "nodePlayStageParallelism": 4,
                     "nodeLeaseParallelism": 4,
                     "podsOnNodeSyncParallelism": 1,
-                    "nodeLeaseDurationSeconds": 40,
+                    "nodeLeaseDurationSeconds": self.scale.lease_seconds,
                 },
             }
         ]

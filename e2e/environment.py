@@ -25,7 +25,7 @@ import yaml
 from e2e import install, kubevirt, provisioner
 from e2e.api import Api
 from e2e.binaries import binary, module_dir, versions
-from e2e.cluster import ControlPlane, free_port
+from e2e.cluster import SCENARIO, ControlPlane, Scale, free_port
 from e2e.crossplane import Crossplane
 from e2e.extender import HamiExtender
 from e2e.kube import Kubectl, documents, eventually
@@ -100,16 +100,17 @@ class Environment:
         device_plugin: str = "gpustack",
         crossplane: str = "CROSSPLANE",
         legacy_set: bool | None = None,
+        scale: Scale = SCENARIO,
     ):
         """`legacy_set`: the legacy set (v1 XRDs with claims) rather than the 2.x one; by
-        default, on Crossplane 1.x only."""
+        default, on Crossplane 1.x only. `scale`: a scenario's few nodes, or a fleet's."""
         self.root = root
         self.device_plugin = device_plugin
         self.crossplane_pin = crossplane
         self.legacy_set = legacy_set
         # HAMi schedules through kube-scheduler's extender: served before the scheduler starts
         self.extender = HamiExtender(free_port()) if device_plugin == "hami" else None
-        self.plane = ControlPlane(root, kwok_stages(), self.scheduler_configuration())
+        self.plane = ControlPlane(root, kwok_stages(), self.scheduler_configuration(), scale)
         self.kubectl = Kubectl(self.plane.kubeconfig)
         self.nodes: dict[str, SimulatedNode] = {}
         self.stop_nodes = threading.Event()
