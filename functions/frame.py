@@ -350,7 +350,9 @@ def check_composite(request: Request, handler: Handler) -> None:
             raise InputError("metadata.namespace", f"must be a string, got {_shown(namespace)}")
         if namespace:
             _check_name("metadata.namespace", namespace, checks.label_problem(namespace), "")
-    claim = request.xr.view("metadata", "labels")  # a legacy XR: named after its claim
+    # A legacy XR is named after its claim. One composed by another XR on Crossplane 1.x
+    # carries its parent's claim labels, empty where the parent has no claim: no claim either.
+    claim = request.xr.view("metadata", "labels")
     for label, check in (
         (CLAIM_NAME, checks.subdomain_problem),
         (CLAIM_NAMESPACE, checks.label_problem),
@@ -360,7 +362,8 @@ def check_composite(request: Request, handler: Handler) -> None:
             field = f"metadata.labels[{label!r}]"
             if not isinstance(value, str):
                 raise InputError(field, f"must be a string, got {_shown(value)}")
-            _check_name(field, value, check(value), request.kind)
+            if value:
+                _check_name(field, value, check(value), request.kind)
     uid = metadata.get("uid")
     if uid is not None and not isinstance(uid, str):
         raise InputError("metadata.uid", f"must be a string, got {type(uid).__name__}")
@@ -540,8 +543,9 @@ def _select(selector: fnv1.ResourceSelector, requirement: Requirement) -> None:
     selector.kind = requirement.kind
     if requirement.match_name is not None:
         selector.match_name = requirement.match_name
-    elif requirement.match_labels is not None:
-        selector.match_labels.labels.update(dict(requirement.match_labels))
+    else:  # no labels: an empty selector, every object (1.x refuses a selector of neither)
+        selector.match_labels.SetInParent()
+        selector.match_labels.labels.update(dict(requirement.match_labels or {}))
     if requirement.namespace:
         selector.namespace = requirement.namespace
 

@@ -89,6 +89,17 @@ def test_a_namespace_or_claim_label_the_api_server_refuses_is_refused_naming_it(
     assert refused(doc).startswith("metadata.labels['crossplane.io/claim-name']: 'My_VM'")
 
 
+def test_empty_claim_labels_are_no_claim():
+    """Crossplane 1.x gives an XR composed by another XR (the Catalog's InstanceTypes) its
+    parent's claim labels, empty where the parent has none: composed as an XR of no claim."""
+    doc = recorded("instancetype")
+    labels = composite(doc)["metadata"].setdefault("labels", {})
+    labels.update({"crossplane.io/claim-name": "", "crossplane.io/claim-namespace": ""})
+    rsp = run_function(fuzz.request_of(doc))
+    assert not [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
+    assert rsp.desired.resources
+
+
 def test_a_composed_name_the_api_server_refuses_for_its_kind_is_refused_naming_the_object():
     """A Service's name is a DNS-1035 label: `7-ssh` is a fine Pod name but no Service's."""
 
