@@ -17,6 +17,9 @@ RunFunctionResponse, keeping the protocol's promises (DESIGN §5) in one place:
   naming the handler, the exception's type and where it was raised — never its message, and
   the log gets its frames but no local variable (functions/logs.py: a request may hold a
   license token);
+- a step whose input has `providerKubernetes` (Crossplane 1.x) composes each namespaced object
+  inside a provider-kubernetes Object and shows the handler each observed Object as the object
+  it carries (functions/envelope.py);
 - the composite is checked before any handler reads it, as the API server would have: of
   the kind and apiVersion the handler serves; with a `metadata` object whose `name` (and a
   legacy XR's claim name) is a DNS-1123 subdomain and whose namespace (and claim namespace)
@@ -56,6 +59,7 @@ from google.protobuf.message import DecodeError
 from functions import logs, wire
 from functions.core import checks
 from functions.core.labels import CLAIM_NAME, CLAIM_NAMESPACE
+from functions.envelope import Envelope
 from functions.handlers.base import Handler, InputError, Request, RequiredStrings, Requirement
 from functions.handlers.desired import Desired, Severity
 from functions.views import ListView, ShapeError, View, message_of, plain, view_of
@@ -277,6 +281,10 @@ def run(
     protocol = Protocol.of(req)
     request = _request_of(req, required, protocol)
     try:
+        envelope = Envelope.of(request.input)
+        enveloped = request.observed_objects()
+        if envelope is not None:  # Crossplane 1.x: namespaced objects inside Objects
+            request = request.with_observed(envelope.observed(enveloped))
         check_composite(request, handler)
         check_numbers(req.observed.composite.resource)
         requirements = handler.requirements(request)
@@ -290,6 +298,8 @@ def run(
             rsp = response.to(req, handler.ttl)
             _results(rsp, desired)
             return rsp
+        if envelope is not None:
+            desired = envelope.desired(desired, enveloped)
         return respond(req, handler.ttl, protocol, requirements, desired)
     except (InputError, ShapeError) as error:
         return refuse(req, str(error), handler.ttl)

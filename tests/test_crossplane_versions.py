@@ -1,7 +1,8 @@
 """Every Crossplane object we ship, as each Crossplane release the package claims would take it.
 
-The package claims Crossplane `>=v2.0.0-0` (package/crossplane.yaml): 1.x installs the legacy
-set but cannot compose it (its XRs cannot reference a namespaced object: docs/e2e.md). Each
+The package claims Crossplane `>=v1.20.0-0` (package/crossplane.yaml): 2.x composes either set;
+1.x composes the legacy set through provider-kubernetes (`compositions/legacy/crossplane-1`: its
+XRs cannot reference a namespaced object, functions/envelope.py, docs/e2e.md). Each
 release serves its own CRDs for XRDs, Compositions and Functions, and kube-apiserver refuses,
 under strict field validation (kubectl's default), a field the release's CRD does not declare —
 so a manifest valid against v2.3.4 may still be refused by 1.17. What each release is given:
@@ -30,7 +31,11 @@ from gpustack_sim import validation
 from gpustack_sim.schemas import KindSchema
 from tests.support.schemas import ROOT, documents, require_schemas
 
-LEGACY = ["compositions/legacy/xrds", "compositions/legacy/pipelines"]
+LEGACY = [
+    "compositions/legacy/xrds",
+    "compositions/legacy/pipelines",
+    "compositions/legacy/crossplane-1",
+]
 V2 = ["compositions/xrds", "compositions/pipelines"]
 FUNCTIONS = ["examples/install/function.yaml", *sorted(
     str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*/functions.yaml")
@@ -124,12 +129,12 @@ def test_a_crossplane_1_release_serves_none_of_the_v2_set(release):
     ]
 
 
-def test_the_package_claims_crossplane_2_and_the_releases_tested_span_both_majors():
-    """The real control plane showed that 1.x cannot compose this package's objects (its XRs
-    cannot reference a namespaced one: docs/e2e.md), so the package claims 2.0 or newer. The
-    1.x releases stay here for what their users see install before they upgrade."""
+def test_the_package_claims_the_crossplane_releases_it_composes_on():
+    """The real control plane composes the legacy set on 1.20 through provider-kubernetes and
+    both sets on 2.x (docs/e2e.md); 1.17 stays here for what its users see install before
+    they upgrade."""
     [meta] = documents(ROOT / "package" / "crossplane.yaml")
-    assert meta["spec"]["crossplane"]["version"] == ">=v2.0.0-0"
+    assert meta["spec"]["crossplane"]["version"] == ">=v1.20.0-0"
     # 1.x's oldest and newest the legacy set was written for, and 2.x.
     assert [r.version.rpartition(".")[0] for r in RELEASES] == ["v1.17", "v1.20", "v2.3"]
 

@@ -3,7 +3,9 @@
 Namespaced kinds become a cluster-scoped XR `X<Kind>` with a claim `<Kind>` for tenants; the
 others keep their kind. The XRDs name no `scope`: Crossplane 1.x's XRD has no such field (every
 v1 XR is cluster-scoped and claimable), so strict validation would refuse it there, and 2.x
-defaults a v1 XRD's scope to LegacyCluster. Run `make legacy` after changing compositions/xrds
+defaults a v1 XRD's scope to LegacyCluster. `pipelines/` serves them on Crossplane 2.x;
+`crossplane-1/` is the same Compositions with each step composing its namespaced objects
+through provider-kubernetes (functions/envelope.py), which Crossplane 1.x needs. Run `make legacy` after changing compositions/xrds
 or pipelines; tests check the committed files are what this writes and that Crossplane 1.17,
 1.20 and 2.x accept them (tests/test_crossplane_versions.py).
 """
@@ -46,6 +48,14 @@ def legacy_composition(composition: dict, claimed: set[str]) -> dict:
     return composition
 
 
+def through_provider_kubernetes(composition: dict) -> dict:
+    """The Composition for Crossplane 1.x: each step's namespaced objects inside Objects."""
+    composition = copy.deepcopy(composition)
+    for step in composition["spec"]["pipeline"]:
+        step["input"]["providerKubernetes"] = {}  # its ProviderConfig `default`
+    return composition
+
+
 def render() -> dict[Path, str]:
     files: dict[Path, str] = {}
     claimed = set()
@@ -58,9 +68,13 @@ def render() -> dict[Path, str]:
         )
     for path in sorted((V2 / "pipelines").glob("*.yaml")):
         composition = legacy_composition(yaml.safe_load(path.read_text()), claimed)
-        files[LEGACY / "pipelines" / path.name] = HEADER + yaml.safe_dump(
-            composition, sort_keys=False, width=120
-        )
+        for folder, written in (
+            ("pipelines", composition),
+            ("crossplane-1", through_provider_kubernetes(composition)),
+        ):
+            files[LEGACY / folder / path.name] = HEADER + yaml.safe_dump(
+                written, sort_keys=False, width=120
+            )
     return files
 
 

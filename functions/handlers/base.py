@@ -109,9 +109,15 @@ class Request:
         return cls(composite, observed, required)
 
     def with_requirements(self, requirements: Mapping[str, Requirement]) -> Request:
+        return self._with(self._observed, requirements)
+
+    def with_observed(self, observed: Objects) -> Request:
+        return self._with(observed, self.requirements)
+
+    def _with(self, observed: Objects, requirements: Mapping[str, Requirement]) -> Request:
         return Request(
             self.xr,
-            self._observed,
+            observed,
             self._required,
             requirements,
             self.input,
@@ -136,6 +142,9 @@ class Request:
     def observed(self, name: str) -> View | None:
         found = self._observed.get(name)
         return view_of(found) if found is not None else None
+
+    def observed_objects(self) -> Objects:
+        return self._observed
 
     def observed_names(self) -> list[str]:
         return sorted(self._observed)
