@@ -38,7 +38,8 @@ test: lint
 # a cache outside the repository (e2e/build.sh; cold about 20-50 minutes on 2 cores, warm
 # nothing), every example through the real `crossplane render`, then the scenarios of
 # E2E_SCENARIOS on kube-apiserver, Kueue and Crossplane 2.x, and those of E2E_LEGACY with the
-# legacy set (v1 XRDs, claims). Any table that differs from its expected file fails it.
+# legacy set (v1 XRDs, claims) on 2.x and on 1.x (through provider-kubernetes). Any table that
+# differs from its expected file fails it.
 # One scenario: E2E_SCENARIOS=examples/node-loss/scenario.yaml E2E_LEGACY= make e2e
 E2E_SCENARIOS ?= examples/walkthrough/scenario.yaml examples/device-plugins/scenario-nvidia.yaml \
                  examples/device-plugins/scenario-hami.yaml examples/device-plugins/scenario-dra.yaml \
@@ -50,7 +51,8 @@ e2e: $(STAMP)
 	for scenario in $(E2E_SCENARIOS); do \
 	  $(BIN)/python -m e2e play $$scenario || exit 1; done
 	for scenario in $(E2E_LEGACY); do \
-	  $(BIN)/python -m e2e play $$scenario --legacy || exit 1; done
+	  $(BIN)/python -m e2e play $$scenario --legacy || exit 1; \
+	  $(BIN)/python -m e2e play $$scenario --legacy --crossplane-1x || exit 1; done
 
 # Every generated file, in order: the XRDs' per-mode parts from the table of modes, the Kueue
 # configurations and the Catalog's devicePlugin enum from the dialects, then the legacy set.

@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--crossplane-1x",
         action="store_true",
-        help="Crossplane 1.x (its XRs cannot reference namespaced objects: docs/e2e.md)",
+        help="Crossplane 1.x, composing through provider-kubernetes (docs/e2e.md)",
     )
     run.add_argument("--root", help="the folder to run in (default: a new temporary one)")
     run.add_argument("--keep", action="store_true", help="keep the folder and its logs")

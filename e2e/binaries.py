@@ -20,6 +20,7 @@ COMPONENT = {
     "nfd-master": "NFD",
     "crossplane": "CROSSPLANE",
     "crank": "CROSSPLANE",
+    "provider": "PROVIDER_KUBERNETES",
     "registry": "REGISTRY",
     "helm": "HELM",
 }
@@ -45,7 +46,9 @@ def cache() -> Path:
 def binary(name: str, component: str = "") -> Path:
     """The path of a built binary; `component` picks another pin (CROSSPLANE_LEGACY)."""
     component = component or COMPONENT[name]
-    folder = {"CROSSPLANE_LEGACY": "crossplane"}.get(component, component.lower())
+    folder = {"CROSSPLANE_LEGACY": "crossplane", "PROVIDER_KUBERNETES": "provider-kubernetes"}.get(
+        component, component.lower()
+    )
     path = cache() / f"{folder}-{versions()[component]}" / "bin" / name
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run e2e/build.sh (make e2e runs it)")

@@ -96,6 +96,11 @@ wrapper crossplane github.com/crossplane/crossplane/v2 "$CROSSPLANE" "" \
 wrapper crossplane github.com/crossplane/crossplane "$CROSSPLANE_LEGACY" "" \
   "-s -w -X github.com/crossplane/crossplane/internal/version.version=$CROSSPLANE_LEGACY" \
   github.com/crossplane/crossplane/cmd/crossplane github.com/crossplane/crossplane/cmd/crank
+# provider-kubernetes has no flag for its metrics' address and would take :8080, which
+# Crossplane 1.x's RBAC manager holds (neither has a flag): its metrics are off ("0").
+install provider-kubernetes "$PROVIDER_KUBERNETES" \
+  "-s -w -X sigs.k8s.io/controller-runtime/pkg/metrics/server.DefaultBindAddress=0" \
+  github.com/crossplane-contrib/provider-kubernetes/cmd/provider
 install registry "$REGISTRY" "-s -w" github.com/distribution/distribution/v3/cmd/registry
 install helm "$HELM" "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM" helm.sh/helm/v3/cmd/helm
 log "all built in $E2E_CACHE ($((SECONDS - total)) s)"

@@ -107,12 +107,12 @@ class Crossplane:
     def init_root(self, crds: Path) -> Path:
         """Crossplane 1.x's `core init` reads its CRDs from /crds, where its image has them
         (2.x takes CRDS_PATH): it runs chrooted into a folder holding its static binary, the
-        CRDs and the cluster's CA, rather than writing /crds on this machine."""
+        CRDs (its kubeconfig carries the cluster's CA), rather than writing /crds on this
+        machine."""
         jail = self.root / "init-root"
         shutil.copytree(crds, jail / "crds", dirs_exist_ok=True)
         (jail / "bin").mkdir(exist_ok=True)
         shutil.copy2(self.binary, jail / "bin" / "crossplane")
-        shutil.copy2(self.plane.ca.cert, jail / "ca.crt")
         return jail
 
     def run_container(
@@ -147,11 +147,12 @@ class Crossplane:
         env["TLS_SERVER_CERTS_DIR"] = str(self.root / "tls-server")
         if crds_path is not None:
             env["CRDS_PATH"] = str(crds_path)
-        folder, ca = (
-            (jail, Path("/ca.crt")) if jail is not None else (self.root, self.plane.ca.cert)
-        )
         kubeconfig = self.kubectl.token_kubeconfig(
-            folder / f"{account}.kubeconfig", self.plane.server, ca, account, NAMESPACE
+            (jail or self.root) / f"{account}.kubeconfig",
+            self.plane.server,
+            self.plane.ca.cert,
+            account,
+            NAMESPACE,
         )
         env["KUBECONFIG"] = str(kubeconfig) if jail is None else f"/{kubeconfig.name}"
         args = [self.binary, *container.get("args", [])]

@@ -147,6 +147,8 @@ class Environment:
         self.crossplane = Crossplane(self.plane, self.kubectl, self.crossplane_pin)
         self.crossplane.install()
         self.crossplane.install_function()
+        if self.crossplane.major < 2:  # the legacy set composes through provider-kubernetes
+            install.install_provider_kubernetes(self.plane, self.kubectl)
         self.install_package_api()
         self.api = Api(self.plane.kubeconfig)
         if self.extender is not None:
@@ -220,9 +222,16 @@ class Environment:
         self.plane.wait_healthy_http("nfd-master", port, "/healthz")
 
     def install_package_api(self) -> None:
-        """README, "Install in a cluster", step 3 (on 1.x, the legacy set)."""
+        """README, "Install in a cluster", step 3 (on 1.x, the legacy set, its Compositions
+        composing through provider-kubernetes)."""
         xrds = COMPOSITIONS / ("legacy/xrds" if self.legacy else "xrds")
-        pipelines = COMPOSITIONS / ("legacy/pipelines" if self.legacy else "pipelines")
+        pipelines = COMPOSITIONS / "pipelines"
+        if self.legacy:
+            pipelines = (
+                COMPOSITIONS
+                / "legacy"
+                / ("crossplane-1" if self.crossplane.major < 2 else "pipelines")
+            )
         self.kubectl("apply", "-f", str(COMPOSITIONS / "rbac"), "-f", str(xrds))
         self.kubectl.wait("condition=Established", ["xrd", "--all"])
         self.kubectl("apply", "-f", str(pipelines))

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from e2e import pki
 from e2e.binaries import binary, module_dir, versions
 from e2e.cluster import ControlPlane, free_port
 from e2e.kube import Kubectl, documents
@@ -128,3 +129,94 @@ def install_kueue(plane: ControlPlane, kubectl: Kubectl, fragment_file: Path) ->
     )
     plane.wait_healthy_http("kueue", ports["health"], "/readyz")
     del process
+
+
+# -- provider-kubernetes (Crossplane 1.x) --------------------------------------------------------
+PROVIDER_ACCOUNT = ("provider-kubernetes", "crossplane-system")
+PROVIDER_CREDENTIALS = "provider-kubernetes-credentials"
+
+
+def provider_kubernetes_grants() -> list[dict[str, Any]]:
+    """What installing provider-kubernetes as a package would grant: Crossplane manages its
+    Objects (the RBAC manager's `aggregate-to-crossplane` role for a provider's CRDs), and its
+    ServiceAccount, which applies what the Objects carry, is bound to cluster-admin, as the
+    provider's own documentation tells a user to do."""
+    name, namespace = PROVIDER_ACCOUNT
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": name, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": f"crossplane:provider:{name}:aggregate-to-crossplane",
+                      "labels": {"rbac.crossplane.io/aggregate-to-crossplane": "true"}},
+         "rules": [{"apiGroups": ["kubernetes.crossplane.io"], "resources": ["*"],
+                    "verbs": ["*"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{name}-cluster-admin"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "cluster-admin"},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
+    ]  # fmt: skip
+
+
+def install_provider_kubernetes(plane: ControlPlane, kubectl: Kubectl) -> None:
+    """provider-kubernetes, through which the legacy set composes on Crossplane 1.x
+    (functions/envelope.py): its CRDs, its process acting as its ServiceAccount, and the
+    ProviderConfig `default` whose credentials are that account's kubeconfig. Watches on, so an
+    Object observes what it carries again as soon as it changes."""
+    source = module_dir(
+        "github.com/crossplane-contrib/provider-kubernetes", versions()["PROVIDER_KUBERNETES"]
+    )
+    crds = [
+        documents(path.read_text())[0] for path in sorted((source / "package" / "crds").iterdir())
+    ]
+    for crd in crds:
+        # Crossplane's package manager points a provider's conversion webhook at the provider's
+        # Service; none can be reached here, and only v1alpha2 Objects are written
+        crd["spec"]["conversion"] = {"strategy": "None"}
+    kubectl.apply(crds)
+    kubectl.wait("condition=Established", ["crd", *(c["metadata"]["name"] for c in crds)])
+    kubectl.apply(provider_kubernetes_grants())
+    name, namespace = PROVIDER_ACCOUNT
+    kubeconfig = kubectl.token_kubeconfig(
+        plane.root / "provider-kubernetes.kubeconfig", plane.server, plane.ca.cert, name, namespace
+    )
+    kubectl(
+        "create", "secret", "generic", PROVIDER_CREDENTIALS, "-n", namespace,
+        f"--from-file=kubeconfig={kubeconfig}",
+    )  # fmt: skip
+    kubectl.apply(
+        [
+            {
+                "apiVersion": "kubernetes.crossplane.io/v1alpha1",
+                "kind": "ProviderConfig",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "credentials": {
+                        "source": "Secret",
+                        "secretRef": {
+                            "namespace": namespace,
+                            "name": PROVIDER_CREDENTIALS,
+                            "key": "kubeconfig",
+                        },
+                    }
+                },
+            }
+        ]
+    )
+    # its webhook server (the conversion webhook nothing calls) needs a certificate to start
+    certs = plane.root / "provider-kubernetes-tls"
+    certs.mkdir(exist_ok=True)
+    pki.signed(certs, "tls", plane.ca, name, hosts=("localhost",))
+    plane.run(
+        "provider-kubernetes",
+        # server-side apply: a client-side apply writes the whole manifest into an annotation,
+        # which a node's summary ConfigMap outgrows (256 KiB)
+        [
+            str(binary("provider")),
+            "--enable-watches",
+            "--enable-server-side-apply",
+            "--poll=1m",
+            "--debug",
+        ],
+        env={"KUBECONFIG": str(kubeconfig), "TLS_SERVER_CERTS_DIR": str(certs)},
+    )

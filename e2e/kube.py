@@ -83,8 +83,11 @@ class Kubectl:
     def token_kubeconfig(
         self, path: Path, server: str, ca: Path, account: str, namespace: str
     ) -> Path:
-        """A kubeconfig that acts as a ServiceAccount, as the component's Pod would."""
+        """A kubeconfig that acts as a ServiceAccount, as the component's Pod would. The CA
+        is written in it: one kept in a Secret (provider-kubernetes' credentials) travels
+        without the file it would name."""
         token = self("create", "token", account, "-n", namespace, "--duration=48h").strip()
+        authority = base64.b64encode(ca.read_bytes()).decode()
         path.write_text(
             yaml.safe_dump(
                 {
@@ -93,7 +96,7 @@ class Kubectl:
                     "clusters": [
                         {
                             "name": "e2e",
-                            "cluster": {"server": server, "certificate-authority": str(ca)},
+                            "cluster": {"server": server, "certificate-authority-data": authority},
                         }
                     ],
                     "users": [{"name": account, "user": {"token": token}}],
