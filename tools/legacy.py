@@ -5,9 +5,10 @@ others keep their kind. The XRDs name no `scope`: Crossplane 1.x's XRD has no su
 v1 XR is cluster-scoped and claimable), so strict validation would refuse it there, and 2.x
 defaults a v1 XRD's scope to LegacyCluster. `pipelines/` serves them on Crossplane 2.x;
 `crossplane-1/` is the same Compositions with each step composing its namespaced objects
-through provider-kubernetes (functions/envelope.py), which Crossplane 1.x needs. Run `make legacy` after changing compositions/xrds
-or pipelines; tests check the committed files are what this writes and that Crossplane 1.17,
-1.20 and 2.x accept them (tests/test_crossplane_versions.py).
+through provider-kubernetes (functions/envelope.py), which Crossplane 1.x needs. Run
+`make legacy` after changing compositions/xrds or pipelines; tests check the committed files
+are what this writes and that Crossplane 1.17, 1.20 and 2.x accept them
+(tests/test_crossplane_versions.py).
 """
 
 from __future__ import annotations
