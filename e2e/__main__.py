@@ -22,6 +22,7 @@ from typing import Any
 from e2e import charges, scenario
 from e2e.environment import COMPOSITIONS, Environment, private_mounts, settle_devices
 from e2e.kube import eventually
+from e2e.waiting import waiting
 
 PACKAGE_GROUPS = {
     document["spec"]["group"]
@@ -87,7 +88,7 @@ def play(args: argparse.Namespace) -> int:
     started = time.monotonic()
     pin = "CROSSPLANE_LEGACY" if args.crossplane_1x else "CROSSPLANE"
     env = Environment(root, device_plugin_of(objects), pin, legacy_set=args.legacy)
-    failed = 0
+    differing: dict[str, list[str]] = {}  # each step that differs: why, in a few lines
     try:
         env.start()
         print(
@@ -97,54 +98,67 @@ def play(args: argparse.Namespace) -> int:
             flush=True,
         )
         wanted = scenario.expected_steps(expected) if expected is not None else {}
+        step_started = time.monotonic()
         for printed in scenario.play(path, env.kubectl, expected, setup(env, root)):
             print(printed + "\n", flush=True)
-            failed += charged_as_held(env)
             title = printed.split("\n", 1)[0].removeprefix("== ")
+            print(f"# {title}: {time.monotonic() - step_started:.0f} s", file=sys.stderr)
+            if not charged_as_held(env):
+                differing[f"{title} (Kueue's charges)"] = waiting(env.api)
             want = wanted.get(title)
             if want is not None and printed != want:
-                failed += 1
-                diff = difflib.unified_diff(
-                    want.splitlines(),
-                    printed.splitlines(),
-                    "expected",
-                    "real control plane",
-                    lineterm="",
+                diff = list(
+                    difflib.unified_diff(
+                        want.splitlines(),
+                        printed.splitlines(),
+                        "expected",
+                        "real control plane",
+                        lineterm="",
+                    )
                 )
                 print("\n".join(diff) + "\n", file=sys.stderr, flush=True)
-                if env.node_errors:
-                    print(
-                        f"# the simulated nodes' last error: {env.node_errors[-1]}", file=sys.stderr
-                    )
+                changed = [line for line in diff[2:] if line[:1] in "+-"]
+                differing[title] = (
+                    changed
+                    + waiting(env.api)
+                    + [f"the simulated nodes' last error: {e}" for e in env.node_errors[-1:]]
+                )
+            step_started = time.monotonic()
     finally:
         env.stop()
-        if args.keep or failed:
+        if args.keep or differing:
             print(f"# kept {root} (logs in {root / 'logs'})", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+    # Said again last: CI keeps only the tail of what a run prints.
+    for title, why in differing.items():
+        print(f"# differs: {title}", file=sys.stderr)
+        for line in why:
+            print(f"#   {line}", file=sys.stderr)
     print(
-        f"# {path.name}: {failed or 'no'} step(s) differ; {time.monotonic() - started:.0f} s in all",
+        f"# {path.name}: {len(differing) or 'no'} step(s) differ; "
+        f"{time.monotonic() - started:.0f} s in all",
         file=sys.stderr,
     )
-    return 1 if failed else 0
+    return 1 if differing else 0
 
 
-def charged_as_held(env: Environment) -> int:
-    """1 (a failure) unless, once the agents have reported, Kueue charged every Pod what its
-    allocations cost by the core's rule (e2e/charges.py), after each step; what was compared
-    goes to stderr."""
+def charged_as_held(env: Environment) -> bool:
+    """Whether, once the agents have reported, Kueue charged every Pod what its allocations
+    cost by the core's rule (e2e/charges.py), after each step; what was compared goes to
+    stderr."""
     try:
         eventually(
             "Kueue's charges as the ledger prices them",
             lambda: not charges.disagreements(env.api),
             60,
         )
-        failed = 0
+        agreed = True
     except TimeoutError:
-        failed = 1
+        agreed = False
     for line in charges.compared(env.api):
         print(f"# {line}", file=sys.stderr)
-    return failed
+    return agreed
 
 
 def main(argv: list[str] | None = None) -> int:
