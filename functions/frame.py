@@ -294,13 +294,14 @@ def run(
             raise refusal
         desired = handler.compose(request.with_requirements(requirements))
         check_composed_names(request, desired)
+        ttl = desired.ttl or handler.ttl
         if desired.failed:
-            rsp = response.to(req, handler.ttl)
+            rsp = response.to(req, ttl)
             _results(rsp, desired)
             return rsp
         if envelope is not None:
             desired = envelope.desired(desired, enveloped)
-        return respond(req, handler.ttl, protocol, requirements, desired)
+        return respond(req, ttl, protocol, requirements, desired)
     except (InputError, ShapeError) as error:
         return refuse(req, str(error), handler.ttl)
     except RecursionError:

@@ -15,11 +15,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 from click.testing import CliRunner
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.agent.agent import Agent, NodeFacts
 from functions.agent.nvml import FakeNvml
 from functions.agent.podresources import list_devices
+from functions import frame
 from functions.cli import main
+from functions.handlers import HANDLERS
 from gpustack_sim import World, load_documents, world_from
 from gpustack_sim.apiserver import ApiServer, Refused
 from gpustack_sim.client import Client
@@ -27,6 +30,7 @@ from gpustack_sim.deviceplugin import Allocate, Card, Placement
 from gpustack_sim.nvidia import NvidiaPlugin
 from gpustack_sim.store import Store
 from tests.support.fake_kubelet import fake_kubelet
+from tests.test_frame import MODERN
 from tests.support.schemas import ROOT
 
 EXAMPLE = ROOT / "examples" / "device-plugins"
@@ -1050,3 +1054,44 @@ def test_a_pod_made_again_under_its_name_is_another_pod_to_the_kubelet():
     assert made_again["metadata"]["uid"] != first
     assert made_again["status"]["phase"] == "Running"
     assert device_ids(world, "node-l4-a") == {"nvidia.com/gpu": [L4_A]}
+
+
+
+def named(file: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in load_documents(EXAMPLE / file) if d["metadata"]["name"] == name]
+    return found
+
+
+def devices_call(catalog: dict[str, Any] | None) -> fnv1.RunFunctionResponse:
+    """The devices handler's answer for node-h100 once Crossplane has looked for the Catalog
+    and found `catalog` (or none), and found the node's Node."""
+    req = fnv1.RunFunctionRequest()
+    req.meta.tag = "node-h100"
+    req.meta.capabilities.extend(MODERN)
+    req.observed.composite.resource.update(named("devices.yaml", "node-h100"))
+    req.required_resources["catalog"].SetInParent()
+    if catalog is not None:
+        req.required_resources["catalog"].items.add().resource.update(catalog)
+    req.required_resources["node"].items.add().resource.update(named("nodes.yaml", "node-h100"))
+    return frame.run(HANDLERS["devices"], req)
+
+
+def test_a_node_reported_before_its_catalog_follows_the_catalogs_device_plugin_within_30_s():
+    """An operator installs the agents, then creates the Catalog: meanwhile the node is composed
+    with the default device plugin (which makes MIG instances on demand: four 3g.40gb fit the two
+    MIG cards), and asked again in 30 s instead of the node's 5 minutes, so the GPU Operator's
+    one 3g.40gb reaches the pool within a pool's TTL of the Catalog. make e2e's nvidia scenario
+    read PT 1/14 for its step's whole 300 s when the Devices waited out the 5 minutes."""
+    (catalog,) = load_documents(EXAMPLE / "catalog-nvidia.yaml")
+    answers = {"before": devices_call(None), "after": devices_call(catalog)}
+    seen = {
+        when: (
+            rsp.meta.ttl.seconds,
+            [r.message for r in rsp.results],
+            rsp.desired.composite.resource["status"]["summary"]["partitions"][
+                "nvidia-h100-80gb-hbm3"
+            ]["remaining"]["3g.40gb"],
+        )
+        for when, rsp in answers.items()
+    }
+    assert seen == {"before": (30, [], 4), "after": (300, [], 1)}

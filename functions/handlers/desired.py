@@ -7,6 +7,7 @@ frame alone turns a Desired into a RunFunctionResponse.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -50,6 +51,9 @@ class Desired:
     conditions: list[Condition] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
     composite_ready: bool | None = None  # None: derived from the composed resources
+    # Sooner than the handler's TTL: an input this reconcile waits for is missing, and
+    # Crossplane does not watch required resources, so only a requeue sees it arrive.
+    ttl: datetime.timedelta | None = None
 
     def compose(self, name: str, obj: dict[str, Any], observed: View | None) -> None:
         """Desire `obj` as `name`; its readiness follows from what was observed of it."""

@@ -21,7 +21,9 @@ made before the Catalog and the Node are read: Crossplane calls again once they 
 writes the spec only when a reading changed, and Crossplane reconciles the Devices on each such
 write (and, where it watches required objects, on each change of the Node), so the TTL bounds
 how late a Catalog setting or, on Crossplane v2.3, a change of the Node reaches the node's
-objects.
+objects. Until a Catalog exists the TTL is 30 s: the node's objects are composed with the
+defaults meanwhile, and the Catalog's settings (its device plugin above all) reach them within
+30 s of its creation.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ from functions.handlers.inputs import (
 from functions.views import View, plain
 
 TTL = datetime.timedelta(minutes=5)
+# While Crossplane finds no Catalog: a node's agent is often installed before the Catalog, and
+# what it composes then (the default device plugin's ledger, the default namespace) must follow
+# the Catalog within a pool's TTL of its creation, not the node's five minutes.
+WITHOUT_CATALOG_TTL = datetime.timedelta(seconds=30)
 WORKER, DEVICE_MANAGER, SUMMARY, VM_NODE = "worker", "device-manager", "summary", "vm-node"
 # What the VM node state reads of the Node, but the labels the Catalog's vm_nodes names: the rest
 # of a Node (its images, its node labeller's labels, its managedFields) is left unparsed.
@@ -197,6 +203,8 @@ def inputs_digest(
 
 def compose(request: Request) -> Desired:
     desired = Desired()
+    if request.required("catalog") == []:
+        desired.ttl = WITHOUT_CATALOG_TTL
     settings = catalog_settings(request, desired)
     vm_node = vm_node_config_map(request, settings, desired)
     judged = dialect_labels(request, settings)
