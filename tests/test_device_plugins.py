@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from functions import frame
 from functions.agent.agent import Agent, NodeFacts
 from functions.agent.nvml import FakeNvml
 from functions.agent.podresources import list_devices
-from functions import frame
 from functions.cli import main
 from functions.handlers import HANDLERS
 from gpustack_sim import World, load_documents, world_from
@@ -30,8 +30,8 @@ from gpustack_sim.deviceplugin import Allocate, Card, Placement
 from gpustack_sim.nvidia import NvidiaPlugin
 from gpustack_sim.store import Store
 from tests.support.fake_kubelet import fake_kubelet
-from tests.test_frame import MODERN
 from tests.support.schemas import ROOT
+from tests.test_frame import MODERN
 
 EXAMPLE = ROOT / "examples" / "device-plugins"
 L4 = "gpustack--nvidia-l4-linux-amd64"
@@ -1054,7 +1054,6 @@ def test_a_pod_made_again_under_its_name_is_another_pod_to_the_kubelet():
     assert made_again["metadata"]["uid"] != first
     assert made_again["status"]["phase"] == "Running"
     assert device_ids(world, "node-l4-a") == {"nvidia.com/gpu": [L4_A]}
-
 
 
 def named(file: str, name: str) -> dict[str, Any]:

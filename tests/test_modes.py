@@ -85,6 +85,43 @@ def test_a_devices_allocation_names_the_modes_of_the_table():
     assert mode["enum"] == [m.title for m in MODES]
 
 
+def test_an_instancetype_offers_the_modes_of_the_table():
+    offers = schema("instancetype")["properties"]["status"]["properties"]["offers"]["properties"]
+    assert offers["modes"]["items"]["enum"] == [m.title for m in MODES]
+
+
+def test_make_generate_writes_the_offered_modes_enum():
+    text = modes_tool.INSTANCETYPE.read_text()
+    titles = ", ".join(m.title for m in MODES)
+    stale = text.replace(f"enum: [{titles}]", "enum: [Exclusive]")
+    assert stale != text
+    assert modes_tool.offers(stale) == text
+
+
+def enums(node) -> list[list]:
+    """Every `enum` a schema declares, wherever it stands."""
+    if isinstance(node, list):
+        return [found for item in node for found in enums(item)]
+    if not isinstance(node, dict):
+        return []
+    here = [node["enum"]] if isinstance(node.get("enum"), list) else []
+    return here + [found for value in node.values() for found in enums(value)]
+
+
+@pytest.mark.parametrize("folder", ["xrds", "legacy/xrds"])
+def test_every_enum_of_the_api_that_names_a_mode_names_every_mode_of_the_table(folder):
+    """A hand-written enum of modes (offers.modes was one) refuses the statuses and specs that
+    name a new mode: every enum naming one mode names them all, as the table orders them."""
+    titles = [m.title for m in MODES]
+    found = []
+    for path in sorted((ROOT / "compositions" / folder).glob("*.yaml")):
+        for enum in enums(yaml.safe_load(path.read_text())):
+            if set(enum) & set(titles):
+                assert enum == titles, f"{path.name}: enum {enum} is not the table's modes"
+                found.append(path.name)
+    assert sorted(found) == ["devices.yaml", "instancetype.yaml"]
+
+
 def test_the_devices_handler_writes_a_fit_label_for_every_mode_with_one():
     written = labels.fit_labels("a", GroupSummary())
     assert sorted(written) == sorted(spec.fit + "a" for spec in MODES.values() if spec.fit)

@@ -541,12 +541,14 @@ def test_the_first_call_of_a_reconcile_computes_nothing_before_the_catalog_is_re
 
 
 def test_the_devices_handler_asks_to_be_called_every_five_minutes(walkthrough):
+    """Once the Catalog exists (before it, every 30 s: tests/test_device_plugins.py)."""
     composition = yaml.safe_load((ROOT / "compositions/pipelines/devices.yaml").read_text())
     req = pipeline.request(
         walkthrough["node-a10g"], {}, composition["spec"]["pipeline"][0]["input"]
     )
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a10g"}}
-    rsp = pipeline.run_step(run_function, req, [node])
+    catalog = yaml.safe_load((ROOT / "examples/walkthrough/catalog.yaml").read_text())
+    rsp = pipeline.run_step(run_function, req, [node, catalog])
     assert rsp.meta.ttl.seconds == 300
     assert [r.severity for r in rsp.results] == []
 

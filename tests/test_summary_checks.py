@@ -18,6 +18,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from functions.core import reasons
+from functions.core.ledger import SUMMARY_COUNTS, GroupSummary
+from functions.core.pools import NodeSummary
 from functions.core.status import summary as node_summary
 from functions.server import INLINE_MAX_BYTES, serve_bytes
 from functions.views import StructView
@@ -130,3 +132,31 @@ def test_a_nodes_own_facts_may_be_another_nodes_that_the_summary_names(nodes, te
 def test_good_summaries_pass_without_a_word(nodes):
     status, results = served(nodes, lambda obj: None)
     assert status["nodes"] == nodes and results == []
+
+
+# Every figure the ledger sums is published (item 2 of the modes audit): a new mode's figure
+# in GroupSummary used to be dropped from every summary unless the layout was edited by hand.
+
+
+def test_every_figure_the_ledger_sums_is_in_the_layout_this_release_writes():
+    layout = node_summary.LAYOUTS[node_summary.VERSION]
+    assert sorted(node_summary.COUNT_FIELDS.values()) == sorted(SUMMARY_COUNTS)
+    assert set(layout) == set(node_summary.COUNT_FIELDS)
+    for released in node_summary.RELEASED_LAYOUTS.values():  # each keeps its figures' places
+        assert layout[: len(released)] == released
+
+
+def test_every_figure_the_ledger_sums_reads_back_as_written():
+    figures = GroupSummary(**{name: n for n, name in enumerate(SUMMARY_COUNTS, start=1)})
+    written = NodeSummary("node-a", "linux", "amd64", "", True, 8, {"a": figures})
+    data = node_summary.write(written)
+    assert node_summary.read(data["summary"], data["facts"]).groups == {"a": figures}
+
+
+def test_a_figure_the_newest_released_layout_lacks_is_appended_under_the_next_version():
+    released = {1: ("totalCards", "cards")}
+    today = ("totalCards", "cards")
+    assert node_summary.current_layout(released, today) == (1, today)
+    added = ("totalCards", "freeTicks", "cards")  # in the ledger's order, wherever it stands
+    assert node_summary.current_layout(released, added) == (2, (*today, "freeTicks"))
+    assert node_summary.current_layout({**released, 2: (*today, "freeTicks")}, added)[0] == 2

@@ -1,11 +1,12 @@
 """Write what the XRDs spell per sharing mode from the core's table (`core/modes.py`, `MODES`).
 
 Three XRDs name the modes: the Instance asks for each by its request fields, the InstanceType
-shows each mode's view (and its abbreviation in the `ACCELERATOR(EX/SH/SL/PT)` column), and a
-Devices allocation names its mode. Each of those spots is written here, between a pair of marker
-comments (or, for the column and the enums, on its one line), so a new mode is an entry in the
-table and `make generate`, not four hand edits. A test checks the committed XRDs are what this
-writes; `tools/legacy.py` then copies them into the legacy set.
+shows each mode's view (and its abbreviation in the `ACCELERATOR(EX/SH/SL/PT)` column) and lists
+the modes a pool offers (the `status.offers.modes` enum), and a Devices allocation names its
+mode. Each of those spots is written here, between a pair of marker comments (or, for the column
+and the enums, on its one line), so a new mode is an entry in the table and `make generate`, not
+six hand edits. A test checks the committed XRDs are what this writes; `tools/legacy.py` then
+copies them into the legacy set.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def render() -> dict[Path, str]:
     """Each of the three XRDs with its per-mode spots written from the table."""
     return {
         INSTANCE: block(INSTANCE, INSTANCE.read_text(), request_fields()),
-        INSTANCETYPE: column(block(INSTANCETYPE, INSTANCETYPE.read_text(), views())),
+        INSTANCETYPE: offers(column(block(INSTANCETYPE, INSTANCETYPE.read_text(), views()))),
         DEVICES: devices(DEVICES.read_text()),
     }
 
@@ -87,15 +88,32 @@ def column(text: str) -> str:
     return _one(INSTANCETYPE, text, re.compile(r"(- \{name: )ACCELERATOR\([^)]*\)(, )"), header)
 
 
+def offers(text: str) -> str:
+    """The InstanceType's `status.offers.modes` enum: a mode missing from it would have the API
+    server refuse the status of every pool that offers the mode."""
+    enum = re.compile(
+        r"(\n *modes:\n *type: array\n(?: *description: [^\n]*\n)?"
+        r" *items: \{type: string, enum: )\[[^\]\n]*\](\})"
+    )
+    return _one(INSTANCETYPE, text, enum, _titles())
+
+
 def devices(text: str) -> str:
     """A Devices allocation's `mode` enum and a card's integer mode, as the table names them."""
-    titles = "[" + ", ".join(spec.mode.title for spec in MODES.values()) + "]"
     text = _one(
-        DEVICES, text, re.compile(r"(\n *mode: \{type: string, enum: )\[[^\]\n]*\](\})"), titles
+        DEVICES,
+        text,
+        re.compile(r"(\n *mode: \{type: string, enum: )\[[^\]\n]*\](\})"),
+        _titles(),
     )
     numbers = '"' + ", ".join(f"{mode.value} {mode.name.title()}" for mode in Mode) + '"'
     integer = re.compile(r"(\n *mode: \{type: integer, description: )\"[^\"\n]*\"(\})")
     return _one(DEVICES, text, integer, numbers)
+
+
+def _titles() -> str:
+    """The modes' titles as a flow-style enum, in the table's order: `[Exclusive, Shared, ...]`."""
+    return "[" + ", ".join(spec.mode.title for spec in MODES.values()) + "]"
 
 
 def block(path: Path, text: str, body: str) -> str:

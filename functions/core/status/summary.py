@@ -28,6 +28,12 @@ and an older release reads a newer one by the figures it knows, which keep their
 and says so (`NodeSummary.version`: the pool names such nodes in a Warning, so a release left
 behind is seen, not guessed).
 
+The layout written is derived, not hand-written (`current_layout`): every whole-number figure of
+the ledger's `GroupSummary` (`SUMMARY_COUNTS`) is published, and one the newest of
+`RELEASED_LAYOUTS` lacks (a new mode's) is appended to it under the next version, so a new
+figure cannot be left out. The release that first writes such a version adds its layout to
+`RELEASED_LAYOUTS`, so that a later figure goes after it.
+
 What is read is held to what the devices handler writes, or the summary is unreadable and its
 node left out, named: every figure a whole number from 0 to `MAX_FIGURE` (a negative count, or
 10**30 cards, would be summed into every pool's capacity as if true); the facts the one the
@@ -50,11 +56,10 @@ from typing import Any
 
 from functions.core import names
 from functions.core.devices import Cpu
-from functions.core.ledger import GroupSummary
+from functions.core.ledger import SUMMARY_COUNTS, GroupSummary
 from functions.core.pools import GroupFacts, NodeSummary, ProfileFacts
 from functions.core.status import StatusError, read_document
 
-VERSION = 1
 SUMMARY_KEY, FACTS_KEY = "summary", "facts"
 SUMMARY_AT, FACTS_AT = f"data.{SUMMARY_KEY}", f"data.{FACTS_KEY}"
 RESOURCE_TYPE = "node-summary"  # the value of labels.RESOURCE_TYPE on every summary
@@ -69,22 +74,18 @@ NAME_SUFFIX = "gpustack-summary"
 # still sum exactly in a status number (a double, exact to 2**53).
 MAX_FIGURE = 1 << 32
 
-# GroupSummary's figures by their published names.
-COUNT_FIELDS = {
-    "totalCards": "total_cards",
-    "cards": "cards",
-    "freeCards": "free_cards",
-    "freeShares": "free_shares",
-    "cardsWithFreeShare": "cards_with_free_share",
-    "logicalCards": "logical_cards",
-    "freeSlicePercent": "free_slice_percent",
-    "maxCardSlicePercent": "max_card_slice_percent",
-    "maxCardSliceUnits": "max_card_slice_units",
-    "partitionCapacity": "partition_capacity",
-    "partitionRemaining": "partition_remaining",
-}
-# The figures each version packs, in order; frozen once released (see the module docstring).
-LAYOUTS: dict[int, tuple[str, ...]] = {
+
+def published_name(attr: str) -> str:
+    """A GroupSummary figure's name in a summary: `free_cards` is `freeCards`."""
+    head, *words = attr.split("_")
+    return head + "".join(word.title() for word in words)
+
+
+# GroupSummary's figures (every whole number the ledger sums) by their published names.
+COUNT_FIELDS = {published_name(attr): attr for attr in SUMMARY_COUNTS}
+# The figures each released version packs, in order; frozen once released (see the module
+# docstring). Only ever appended to: a new version's layout is the last one and what it adds.
+RELEASED_LAYOUTS: dict[int, tuple[str, ...]] = {
     1: (
         "totalCards",
         "cards",
@@ -99,7 +100,24 @@ LAYOUTS: dict[int, tuple[str, ...]] = {
         "partitionRemaining",
     ),
 }
-_ATTRS = tuple(COUNT_FIELDS[name] for name in LAYOUTS[VERSION])
+
+
+def current_layout(
+    released: Mapping[int, tuple[str, ...]], figures: Iterable[str]
+) -> tuple[int, tuple[str, ...]]:
+    """The version this release writes and its layout: the newest released one, or, when the
+    ledger sums a figure that one lacks, the next version packing it and the new figures after
+    it (in the ledger's order), so every figure is published and an older reader still finds
+    the ones it knows where they were, and names the newer version."""
+    newest = max(released)
+    layout = released[newest]
+    added = tuple(name for name in figures if name not in layout)
+    return (newest + 1, layout + added) if added else (newest, layout)
+
+
+VERSION, _LAYOUT = current_layout(RELEASED_LAYOUTS, COUNT_FIELDS)
+LAYOUTS: dict[int, tuple[str, ...]] = {**RELEASED_LAYOUTS, VERSION: _LAYOUT}
+_ATTRS = tuple(COUNT_FIELDS[name] for name in _LAYOUT)
 _FIELD_ORDER = tuple(GroupSummary.__dataclass_fields__)
 # This release's layout in GroupSummary's own field order: figures go in positionally.
 _POSITIONAL = _FIELD_ORDER[: len(_ATTRS)] == _ATTRS
