@@ -8,7 +8,9 @@ Bad input ends every command the same way: one line, `Error: FILE:LINE: what is 
 do`, and exit status 2 (click's own usage errors keep its usage lines, with the same status).
 A traceback is printed only with `--debug` (`gpustack-fn --debug simulate …`, or the flag after
 the command); an exception no input explains is a bug, one line too, status 1, and `--debug`
-shows where.
+shows where. `serve` and `agent` answer the same way an address they cannot listen at, a TLS
+folder that is not there, no kubeconfig or in-cluster config, or an NVML fixture that is not
+one (naming the flag, or the file and line); their `--debug` also turns on debug logs.
 """
 
 from __future__ import annotations
@@ -50,12 +52,20 @@ class BadInput(click.ClickException):
 def _bad_input_types() -> tuple[type[BaseException], ...]:
     """The exceptions that mean the input is wrong, each with a message that says where."""
     from functions import render
+    from functions.agent.agent import NoCluster
 
+    found = (documents.DocumentError, render.RenderError, server.CannotServe, NoCluster)
     try:
         from gpustack_sim import ScenarioError
     except ImportError:  # no simulator here (the image): no scenario was played
-        return (documents.DocumentError, render.RenderError)
-    return (documents.DocumentError, ScenarioError, render.RenderError)
+        return found
+    return (*found, ScenarioError)
+
+
+def bad_input(error: Exception) -> BadInput | None:
+    """`error` as one `Error:` line and exit status 2 where it is the input's fault (its
+    message says where, and what to do); None where it is not."""
+    return BadInput(str(error)) if isinstance(error, _bad_input_types()) else None
 
 
 def _simulator() -> ModuleType:
@@ -80,8 +90,8 @@ class _Commands(click.Group):
         except Exception as error:
             if ctx.meta.get(DEBUG):  # the flag's callback set it, on this context or a command's
                 raise
-            if isinstance(error, _bad_input_types()):
-                raise BadInput(str(error)) from None
+            if (answer := bad_input(error)) is not None:
+                raise answer from None
             raise click.ClickException(
                 f"unexpected {type(error).__name__}: {error} — this is a bug: run the command "
                 "again with --debug for the traceback, and report it"
@@ -115,8 +125,11 @@ def main() -> None:
 
 @main.command()
 @server.standard_options
-def serve(**options) -> None:
+@click.pass_context
+def serve(ctx: click.Context, **options) -> None:
     """Serve the composition functions over gRPC (the same as the `function` script)."""
+    if options["debug"]:  # the SDK's flag: debug logs, and the traceback of an error
+        ctx.meta[DEBUG] = True
     server.serve_with(**options)
 
 
@@ -353,10 +366,16 @@ def _devices(document: documents.Document) -> Any:
     help="Seconds each call to the API server or the kubelet may take before it fails.",
 )
 @click.option(
-    "--debug", "-d", is_flag=True, envvar="DEBUG", help="Emit debug logs (console lines)."
+    "--debug",
+    "-d",
+    is_flag=True,
+    envvar="DEBUG",
+    help="Emit debug logs (console lines), and the traceback of an error.",
 )
 @server.metrics_option
+@click.pass_context
 def agent(
+    ctx: click.Context,
     node_name,
     period,
     pod_resources_socket,
@@ -385,6 +404,8 @@ def agent(
     from functions.agent.nvml import FakeNvml, PynvmlBackend
     from functions.agent.podresources import list_devices
 
+    if debug:
+        ctx.meta[DEBUG] = True
     logs.configure(logs.Level.DEBUG if debug else logs.Level.INFO)
     nvml = FakeNvml.from_file(nvml_fixture) if nvml_fixture else PynvmlBackend()
     node_agent = Agent(
@@ -400,7 +421,9 @@ def agent(
         return
     if metrics_address:
         metrics.agent_metrics()  # the families show from the first scrape on
-        metrics.serve(metrics_address, {"/healthz": node_agent.live, "/readyz": node_agent.ready})
+        server.serve_metrics(
+            metrics_address, {"/healthz": node_agent.live, "/readyz": node_agent.ready}
+        )
         logging.get_logger().info("serving metrics", address=metrics_address)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

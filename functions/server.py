@@ -3,7 +3,9 @@
 Crossplane (and `crossplane render`) start the console script `function` with `--insecure` or
 with `TLS_SERVER_CERTS_DIR`; it takes the SDK's standard flags. Beyond the SDK's runtime it adds
 a `grpc.health.v1` service and serialises responses deterministically, so the same request
-always gives the same response bytes.
+always gives the same response bytes. An address it cannot listen at, or a TLS folder that is
+not there or lacks a file, is bad input (`CannotServe`): one `Error:` line naming the flag,
+exit status 2 (the traceback with `--debug`), and nothing it started is left running.
 
 Every request is counted in `RunFunction` (functions/metrics.py): the handler the step input
 names, latency, request bytes, and the Fatal results and refusals its response carries. With
@@ -32,9 +34,13 @@ deadline is cancelled, before the kubelet's SIGKILL would. The log counts each k
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -71,6 +77,17 @@ SERVICES = (
     "apiextensions.fn.proto.v1.FunctionRunnerService",
     "apiextensions.fn.proto.v1beta1.FunctionRunnerService",
 )
+
+
+TLS_FLAG = "--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR)"
+TLS_HINT = "give the folder of the function's PEM tls.crt, tls.key and ca.crt, or pass --insecure"
+BIND_FAILED = "Failed to add port to server: "
+
+
+class CannotServe(Exception):
+    """The server cannot start as it was told to: an address it cannot listen at, a TLS folder
+    that is not there or lacks a file. Bad input, not a bug: the message names the flag and the
+    value, what is wrong and what to do, and the commands answer it in one `Error:` line."""
 
 
 def worker_started(debug: bool) -> None:
@@ -268,14 +285,15 @@ async def serve_async(
             "no TLS certificates: pass --tls-certs-dir (or set TLS_SERVER_CERTS_DIR) or --insecure"
         )
     pool = Workers(workers, debug)
-    memory.leave_startup_objects()
-    runner = FunctionRunner(pool)
-    server = build_server(runner, options)
-    if insecure:
-        server.add_insecure_port(address)
-    else:
-        server.add_secure_port(address, creds)
-    await server.start()
+    try:
+        memory.leave_startup_objects()
+        runner = FunctionRunner(pool)
+        server = build_server(runner, options)
+        listen(server, address, creds if not insecure else None)
+        await server.start()
+    except BaseException:  # the workers ignore SIGTERM: left running, the exit would wait on them
+        pool.stop(kill=True)
+        raise
     for service in ("", *SERVICES):
         await server.health.set(service, health_pb2.HealthCheckResponse.SERVING)
     readiness.set(True, "serving")
@@ -286,6 +304,85 @@ async def serve_async(
     await stop.wait()
     readiness.set(False, DRAINING)
     await shut_down(server, runner, grace_period)
+
+
+def listen(server: grpc.aio.Server, address: str, creds: grpc.ServerCredentials | None) -> None:
+    """Bind the server's port (plaintext where `creds` is None), or CannotServe with gRPC's
+    reason, which gRPC's core writes to stderr and its exception only points to."""
+    with _stderr_kept() as said:
+        try:
+            if creds is None:
+                server.add_insecure_port(address)
+            else:
+                server.add_secure_port(address, creds)
+        except RuntimeError as error:
+            # gRPC core's lines: `E1206 09:46:16.877 7891 add_port.cc:83] what it says`
+            lines = [line.partition("] ")[2].strip() for line in said().splitlines()]
+            found = [line for line in lines if line]
+            bind = [line for line in found if line.startswith(BIND_FAILED)]
+            if creds is not None and found and not bind:  # the credentials, before any address
+                raise CannotServe(
+                    f"{TLS_FLAG}: the certificates cannot be used ({'; '.join(found)}) — {TLS_HINT}"
+                ) from error
+            why = bind[0].removeprefix(BIND_FAILED) if bind else "gRPC could not bind it"
+            raise CannotServe(
+                f"--address {address}: cannot listen there ({why}) — give a HOST:PORT this "
+                f"machine can listen at, free and its own (default {sdkcli.DEFAULT_ADDRESS})"
+            ) from error
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Iterator[Callable[[], str]]:
+    """What is written to file descriptor 2 meanwhile (gRPC's core writes there, not to
+    sys.stderr), readable inside; whatever it was is written out after, unless it was read."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all: nothing to keep
+        yield lambda: ""
+        return
+    with tempfile.TemporaryFile() as kept:
+        os.dup2(kept.fileno(), 2)
+        read = False
+
+        def said() -> str:
+            nonlocal read
+            read = True
+            kept.seek(0)
+            return kept.read().decode(errors="replace")
+
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not read:
+                kept.seek(0)
+                os.write(2, kept.read())
+
+
+def load_credentials(tls_certs_dir: str) -> grpc.ServerCredentials:
+    """The mTLS credentials in the folder, or CannotServe naming the folder or the file."""
+    flag = f"{TLS_FLAG} {tls_certs_dir}"
+    if not Path(tls_certs_dir).is_dir():
+        raise CannotServe(f"{flag}: no such folder — {TLS_HINT}")
+    try:
+        return runtime.load_credentials(tls_certs_dir)
+    except OSError as error:
+        where = error.filename or tls_certs_dir
+        raise CannotServe(f"{flag}: {where}: {error.strerror or error} — {TLS_HINT}") from error
+
+
+def serve_metrics(address: str, checks: Mapping[str, metrics.Check]) -> None:
+    """`metrics.serve`, or CannotServe where it cannot listen at the address."""
+    try:
+        metrics.serve(address, checks)
+    except (OSError, ValueError, OverflowError) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        why = why.removeprefix(f"metrics address {address!r}: ")
+        raise CannotServe(
+            f"--metrics-address {address}: cannot listen there ({why}) — give a HOST:PORT or "
+            ":PORT this machine can listen at, free and its own (e.g. :8080)"
+        ) from error
 
 
 async def shut_down(server: grpc.aio.Server, runner: FunctionRunner, grace: float) -> None:
@@ -314,17 +411,17 @@ def serve_with(
 ) -> None:
     """Serve with the SDK's standard options (sizes in MB, as the SDK's CLI takes them)."""
     logs.configure(logs.Level.DEBUG if debug else logs.Level.INFO)
+    creds = None if insecure else load_credentials(tls_certs_dir) if tls_certs_dir else None
     readiness = Readiness()
     if metrics_address:
         metrics.function_metrics()  # the families show from the first scrape on
-        metrics.serve(metrics_address, {"/healthz": metrics.always_ok, "/readyz": readiness.check})
+        serve_metrics(metrics_address, {"/healthz": metrics.always_ok, "/readyz": readiness.check})
         logging.get_logger().info("serving metrics", address=metrics_address)
     send = max_send_message_size or max_recv_message_size
     options = [
         ("grpc.max_receive_message_length", max_recv_message_size * 1024 * 1024),
         ("grpc.max_send_message_length", send * 1024 * 1024),
     ]
-    creds = None if insecure else runtime.load_credentials(tls_certs_dir) if tls_certs_dir else None
     asyncio.run(
         serve_async(
             address,
@@ -382,5 +479,17 @@ grace_period_option = click.option(
 @click.command()
 @standard_options
 def main(**options) -> None:
-    """Serve the gpustack composition functions over gRPC."""
-    serve_with(**options)
+    """Serve the gpustack composition functions over gRPC.
+
+    An address it cannot listen at, or TLS files that are not there, is one `Error:` line and
+    exit status 2, as `gpustack-fn`'s bad input is; with --debug, the traceback.
+    """
+    try:
+        serve_with(**options)
+    except Exception as error:
+        from functions.cli import bad_input  # it imports this module
+
+        answer = None if options["debug"] else bad_input(error)
+        if answer is None:
+            raise
+        raise answer from None

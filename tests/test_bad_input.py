@@ -10,11 +10,20 @@
   naming the file and line, and what to do; exit status 2; a traceback only with `--debug`.
 - Where the simulator is not installed (the function's image), `simulate` says in one line how
   to install it, and the other commands answer bad input as before.
+- The function server (`function`, `gpustack-fn serve`), the node agent (`gpustack-fn agent`)
+  and `kubectl gpustack` answer theirs the same way, run as the console scripts they are: an
+  address they cannot listen at, a TLS folder that is not there or lacks a file, no kubeconfig
+  and no in-cluster config, a file that is not YAML — one `Error:` line on stderr naming the
+  flag, or the file and line; exit status 2 (1 for the kubectl plugin, kubectl's own); and the
+  process exits, with the workers it had started (a hang fails the test, after `HANG`).
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import socket
+import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -28,6 +37,7 @@ from functions import documents
 from functions.cli import SIMULATOR_MISSING, main
 from gpustack_sim.apiserver import BAD_REQUEST, STRICT, ApiServer, Refused
 from gpustack_sim.store import Store
+from tests.support.patience import exited
 from tests.support.schemas import ROOT
 
 WALKTHROUGH = ROOT / "examples" / "walkthrough"
@@ -334,3 +344,147 @@ def test_demo_refuses_a_file_of_something_else_at_the_field(tmp_path):
     assert code == 2
     assert one_error_line(output).startswith(f"Error: {tmp_path / 'devices.yaml'}:")
     assert "spec.os: is required" in output
+
+
+# --- the server, the agent and the kubectl plugin, as console scripts ------------------------------
+
+SCRIPTS = Path(sys.executable).parent
+NVML_FIXTURE = ROOT / "tests" / "fixtures" / "nvml" / "h100-mig.yaml"
+# What the SDK's flags and the Kubernetes clients read from the environment: none of it here.
+FROM_THE_ENVIRONMENT = (
+    "ADDRESS", "INSECURE", "TLS_SERVER_CERTS_DIR", "DEBUG", "METRICS_ADDRESS", "WORKERS",
+    "NODE_NAME", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBECONFIG",
+)  # fmt: skip
+
+
+def script(tmp_path: Path, name: str, *args: str | Path) -> tuple[int, str, str]:
+    """Run a console script as a user would, with no kubeconfig (KUBECONFIG names a file that
+    is not there, HOME is empty) and not in a pod; its status, stdout and stderr once it has
+    exited — within `HANG`, else the test fails."""
+    env = {k: v for k, v in os.environ.items() if k not in FROM_THE_ENVIRONMENT}
+    env.update(HOME=str(tmp_path), KUBECONFIG=str(tmp_path / "no-kubeconfig"))
+    command = [str(SCRIPTS / name), *map(str, args)]
+    with (tmp_path / "stderr").open("w+b") as stderr:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=tmp_path
+        )
+        stdout = exited(process, f"`{' '.join(command)}` to exit")
+        stderr.seek(0)
+        return process.returncode, stdout.decode(), stderr.read().decode()
+
+
+def one_error_line_on_stderr(code: int, stdout: str, stderr: str, status: int = 2) -> str:
+    assert (code, stdout) == (status, ""), (code, stdout, stderr)
+    return one_error_line(stderr)
+
+
+@pytest.fixture
+def taken_port():
+    """A loopback port something else listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+ADDRESS_HINT = (
+    "give a HOST:PORT this machine can listen at, free and its own (default 0.0.0.0:9443)"
+)
+
+
+@pytest.mark.parametrize("command", [["function"], ["gpustack-fn", "serve"]], ids=" ".join)
+def test_the_server_at_an_address_it_cannot_listen_at_says_so_and_exits(tmp_path, command):
+    said = one_error_line_on_stderr(*script(tmp_path, *command, "--insecure", "--address", "bogus"))
+    # gRPC's reason, in the resolver's words: "address lookup failed for bogus: ..."
+    assert said.startswith("Error: --address bogus: cannot listen there (address lookup failed")
+    assert said.endswith(f") — {ADDRESS_HINT}")
+
+
+def test_the_server_at_a_port_already_taken_says_so_and_exits(tmp_path, taken_port):
+    address = f"127.0.0.1:{taken_port}"
+    said = one_error_line_on_stderr(
+        *script(tmp_path, "function", "--insecure", "--address", address)
+    )
+    assert said.startswith(f"Error: --address {address}: cannot listen there (")
+    assert "Address already in use" in said and said.endswith(ADDRESS_HINT)
+
+
+def test_the_server_with_a_tls_folder_that_is_not_there_or_lacks_a_file_says_which(tmp_path):
+    flag = "--tls-server-certs-dir (or TLS_SERVER_CERTS_DIR)"
+    hint = "give the folder of the function's PEM tls.crt, tls.key and ca.crt, or pass --insecure"
+    absent = tmp_path / "absent"
+    said = one_error_line_on_stderr(*script(tmp_path, "function", "--tls-server-certs-dir", absent))
+    assert said == f"Error: {flag} {absent}: no such folder — {hint}"
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    (certs / "tls.crt").write_text("")
+    said = one_error_line_on_stderr(
+        *script(tmp_path, "gpustack-fn", "serve", "--tls-server-certs-dir", certs)
+    )
+    assert said == f"Error: {flag} {certs}: {certs / 'tls.key'}: No such file or directory — {hint}"
+    for name in ("tls.key", "ca.crt"):
+        (certs / name).write_text("not PEM\n")
+    said = one_error_line_on_stderr(*script(tmp_path, "function", "--tls-server-certs-dir", certs))
+    assert said.startswith(f"Error: {flag}: the certificates cannot be used (")
+    assert said.endswith(f") — {hint}")
+
+
+def test_the_server_at_a_metrics_address_it_cannot_listen_at_says_so(tmp_path, taken_port):
+    address = f"127.0.0.1:{taken_port}"
+    said = one_error_line_on_stderr(
+        *script(tmp_path, "gpustack-fn", "serve", "--insecure", "--metrics-address", address)
+    )
+    assert said.startswith(f"Error: --metrics-address {address}: cannot listen there (Address")
+
+
+def test_the_servers_debug_flag_shows_the_traceback_and_it_still_exits(tmp_path):
+    code, _, stderr = script(tmp_path, "function", "--insecure", "--address", "bogus", "-d")
+    assert code == 1 and "Traceback" in stderr
+    assert "functions.server.CannotServe: --address bogus: cannot listen there" in stderr
+
+
+def test_the_agent_without_a_cluster_says_where_it_looked(tmp_path):
+    agent = ("gpustack-fn", "agent", "--node-name", "n", "--once", "--nvml-fixture", NVML_FIXTURE)
+    said = one_error_line_on_stderr(*script(tmp_path, *agent))
+    assert said == (
+        f"Error: KUBECONFIG={tmp_path / 'no-kubeconfig'}: no cluster to report to: no usable "
+        "kubeconfig there (Invalid kube-config file. No configuration found.), and not in a pod "
+        "(Service host/port is not set.) — run the agent in its DaemonSet's pods, or point "
+        "KUBECONFIG at a kubeconfig for this node's cluster"
+    )
+    code, _, stderr = script(tmp_path, *agent, "--debug")
+    assert code == 1 and "Traceback" in stderr and "NoCluster: KUBECONFIG=" in stderr
+
+
+def test_the_agent_with_an_nvml_fixture_that_is_not_one_names_the_file_and_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text("devices: [\n")
+    (tmp_path / "list.yaml").write_text("- driverVersion: 550.54\n")
+    for fixture, error in (
+        ("bad.yaml", "bad.yaml:2: column 1: did not find expected node content (while parsing a "
+         "flow node) — fix the YAML there"),
+        ("list.yaml", "list.yaml: holds a list, not an NVML recording — a recording is a mapping "
+         "of driverVersion, cudaDriverVersion and devices (tests/fixtures/nvml/ holds some)"),
+    ):  # fmt: skip
+        said = one_error_line_on_stderr(
+            *script(tmp_path, "gpustack-fn", "agent", "--node-name", "n", "--nvml-fixture", fixture)
+        )
+        assert said == f"Error: {error}"
+
+
+def test_the_kubectl_plugin_names_the_file_and_line_of_a_yaml_error_with_kubectls_status(
+    tmp_path,
+):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: Devices\nspec: [unclosed\n")
+    said = one_error_line_on_stderr(*script(tmp_path, "kubectl-gpustack", "cards", "-f", bad), 1)
+    assert said == (
+        f"Error: {bad}: while parsing a flow sequence at line 2, column 7: expected ',' or ']', "
+        "but got '<stream end>' at line 3, column 1 — fix the YAML there"
+    )
+    (tmp_path / "bad.json").write_text('{"kind": "Devices",\n "spec": }\n')
+    said = one_error_line_on_stderr(
+        *script(tmp_path, "kubectl-gpustack", "nodes", "-f", tmp_path / "bad.json"), 1
+    )
+    assert said == (
+        f"Error: {tmp_path / 'bad.json'}: Expecting value at line 2, column 10 — fix the JSON there"
+    )

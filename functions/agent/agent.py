@@ -264,6 +264,11 @@ def exit_now(code: int = 0) -> None:
     os._exit(code)
 
 
+class NoCluster(Exception):
+    """Neither the in-cluster config nor a kubeconfig: the agent has no API server to report
+    to. Bad input, not a bug: the message says where it looked and what to do."""
+
+
 class KubernetesApi:
     """The real API server, through the official client (in-cluster, else kubeconfig); every
     call gives up after `timeout` seconds (connecting, and reading the answer), once: the
@@ -276,8 +281,11 @@ class KubernetesApi:
             configuration = kubernetes.client.Configuration()
             try:
                 kubernetes.config.load_incluster_config(client_configuration=configuration)
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=configuration)
+            except kubernetes.config.ConfigException as not_in_a_pod:
+                try:
+                    kubernetes.config.load_kube_config(client_configuration=configuration)
+                except Exception as no_kubeconfig:  # whatever its reader makes of the file
+                    raise no_cluster(not_in_a_pod, no_kubeconfig) from no_kubeconfig
         configuration.retries = False
         client = kubernetes.client.ApiClient(configuration)
         self.core = kubernetes.client.CoreV1Api(client)
@@ -338,3 +346,17 @@ class KubernetesApi:
             _content_type="application/apply-patch+yaml",
             _request_timeout=self.timeout,
         )
+
+
+def no_cluster(not_in_a_pod: Exception, no_kubeconfig: Exception) -> NoCluster:
+    """Where the agent looked for its cluster, and why each failed, in one line."""
+    import os
+
+    given = os.environ.get("KUBECONFIG")
+    where = f"KUBECONFIG={given}" if given else "~/.kube/config"
+    why = " ".join(str(no_kubeconfig).split())
+    return NoCluster(
+        f"{where}: no cluster to report to: no usable kubeconfig there ({why}), and not in a "
+        f"pod ({' '.join(str(not_in_a_pod).split())}) — run the agent in its DaemonSet's pods, "
+        "or point KUBECONFIG at a kubeconfig for this node's cluster"
+    )

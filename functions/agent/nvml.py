@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
 
 class NvmlError(Exception):
     """An NVML call failed (the message names the NVML error)."""
@@ -147,7 +145,20 @@ class FakeNvml:
 
     @classmethod
     def from_file(cls, path: Path) -> FakeNvml:
-        return cls(yaml.safe_load(Path(path).read_text()))
+        """The recording in a YAML file, or a DocumentError naming the file and the line."""
+        from functions import documents
+
+        recording = documents.load(path)
+        if not isinstance(recording, dict):
+            held = "nothing" if recording is None else f"a {type(recording).__name__}"
+            raise documents.DocumentError(
+                path,
+                None,
+                f"holds {held}, not an NVML recording",
+                "a recording is a mapping of driverVersion, cudaDriverVersion and devices "
+                "(tests/fixtures/nvml/ holds some)",
+            )
+        return cls(recording)
 
     def start(self) -> None:
         if not self.recording.get("available", True):

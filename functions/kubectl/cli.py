@@ -20,8 +20,8 @@ List` (what `kubectl get devices -o yaml` prints); a directory reads its `.yaml`
 and named on stderr.
 
 Whatever fails — a bad kubeconfig, an unknown context, an unreachable server, a file that is not
-YAML — ends in one line on stderr, `Error: ...` (kubectl's own words where kubectl failed), and
-exit status 1; never a traceback.
+YAML — ends in one line on stderr, `Error: ...` (kubectl's own words where kubectl failed; a
+file's error names the file and the line), and exit status 1; never a traceback.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def objects_in(file: Path) -> Iterator[dict[str, Any]]:
         text = file.read_text()
         documents = [json.loads(text)] if file.suffix == ".json" else list(yaml.safe_load_all(text))
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as error:
-        raise click.ClickException(one_line(f"{file}: {error}")) from None
+        raise click.ClickException(one_line(f"{file}: {unreadable(error)}")) from None
     for document in documents:
         if not isinstance(document, dict):
             continue
@@ -174,6 +174,28 @@ def objects_in(file: Path) -> Iterator[dict[str, Any]]:
             yield from (item for item in document["items"] if isinstance(item, dict))
         else:
             yield document
+
+
+def unreadable(error: Exception) -> str:
+    """Why a file cannot be read, with the line and column of a YAML or JSON error (PyYAML
+    would say `in "<unicode string>"`, and show the line), and what to do then."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at line {error.lineno}, column {error.colno} — fix the JSON there"
+    if isinstance(error, yaml.MarkedYAMLError):
+        said = [
+            f"{words}{_at(mark)}"
+            for words, mark in (
+                (error.context, error.context_mark),
+                (error.problem, error.problem_mark),
+            )
+            if words
+        ]
+        return f"{': '.join(said) or 'not YAML'} — fix the YAML there"
+    return str(error)
+
+
+def _at(mark: yaml.Mark | None) -> str:
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
 
 
 def kubectl_command(kubeconfig: Path | None, context: str | None) -> list[str]:
