@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.patience import HANG
 from tests.support.schemas import ROOT
 
 DOC = ROOT / "docs" / "gpuclass.md"
@@ -43,7 +44,7 @@ def test_the_doc_renders_the_three_offers_and_the_worker_pool():
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     stream = [doc for doc in yaml.safe_load_all(result.stdout) if doc]

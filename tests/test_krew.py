@@ -27,6 +27,7 @@ from click.testing import CliRunner
 
 from functions.kubectl import krew
 from functions.kubectl.cli import main
+from tests.support.patience import HANG
 from tests.support.schemas import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "kubectl" / "devices-after-section-3.yaml"
@@ -158,7 +159,7 @@ def test_the_application_runs_on_the_standard_library_alone(built, tmp_path):
         [sys.executable, "-S", str(app), "cards", "-o", "wide", "-f", str(FIXTURE)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG,
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
@@ -168,6 +169,6 @@ def test_the_application_runs_on_the_standard_library_alone(built, tmp_path):
         [sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
          "import functions.kubectl.cli; print(sorted({m.split('.')[0] for m in sys.modules} "
          "- set(sys.stdlib_module_names)))", str(app)],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        capture_output=True, text=True, timeout=HANG, cwd=tmp_path,
     )  # fmt: skip
     assert modules.stdout.strip() == "['__main__', 'click', 'functions', 'yaml']", modules.stderr

@@ -28,6 +28,7 @@ import yaml
 from click.testing import CliRunner
 
 from functions.kubectl.cli import DEVICES_PATH, main
+from tests.support.patience import HANG
 from tests.support.schemas import ROOT
 
 FIXTURE = ROOT / "tests" / "fixtures" / "kubectl" / "devices-after-section-3.yaml"
@@ -349,7 +350,7 @@ def test_a_bad_kubeconfig_is_one_line_and_no_traceback(tmp_path, case):
         capture_output=True,
         text=True,
         env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
-        timeout=30,
+        timeout=HANG,
     )
     assert done.returncode == 1
     assert done.stdout == ""

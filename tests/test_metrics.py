@@ -21,6 +21,7 @@ from functions.agent.agent import MAX_BACKOFF_SECONDS, STALL_GRACE_SECONDS, Agen
 from functions.agent.nvml import FakeNvml
 from functions.views import plain
 from tests.support.grpc_server import free_port, function_server, wait_ready
+from tests.support.patience import HANG
 from tests.support.schemas import ROOT
 
 NVML = ROOT / "tests" / "fixtures" / "nvml"
@@ -29,7 +30,7 @@ CPUINFO = ROOT / "tests" / "fixtures" / "cpuinfo"
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of the endpoint, by name and sorted labels."""
-    with urllib.request.urlopen(url, timeout=10) as answer:
+    with urllib.request.urlopen(url, timeout=HANG) as answer:
         text = answer.read().decode()
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -40,7 +41,7 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def get(url: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
+        with urllib.request.urlopen(url, timeout=HANG) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -66,13 +67,13 @@ def test_after_one_request_the_function_endpoint_shows_the_handlers_count_and_la
     with function_server("--insecure", "--metrics-address", f"127.0.0.1:{port}") as address:
         with grpc.insecure_channel(address) as channel:
             wait_ready(channel)
-            grpcv1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=10)
+            grpcv1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=HANG)
         samples = scrape(f"http://127.0.0.1:{port}/metrics")
         assert get(f"http://127.0.0.1:{port}/healthz") == (200, "ok\n")
     catalog = (("handler", "catalog"),)
     assert samples[("gpustack_function_requests_total", catalog)] == 1
     assert samples[("gpustack_function_request_duration_seconds_count", catalog)] == 1
-    assert 0 < samples[("gpustack_function_request_duration_seconds_sum", catalog)] < 10
+    assert 0 < samples[("gpustack_function_request_duration_seconds_sum", catalog)] < HANG
     assert samples[("gpustack_function_request_bytes_sum", catalog)] == req.ByteSize()
 
 

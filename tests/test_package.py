@@ -26,6 +26,7 @@ import yaml
 
 from functions import metrics, server
 from functions.handlers import HANDLERS
+from tests.support.patience import HANG
 from tests.support.schemas import ROOT, documents
 
 PACKAGE = ROOT / "package"
@@ -303,7 +304,7 @@ def test_make_package_validates_then_says_what_is_missing(case, tmp_path):
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(log), "HOME": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG,
     )
     assert result.returncode == case.code, result.stderr
     # The krew plugin needs none of the tools: its manifest names the archive's checksum.

@@ -513,11 +513,12 @@ def test_the_same_through_real_grpc():
     from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 
     from tests.support.grpc_server import function_server, wait_ready
+    from tests.support.patience import HANG
 
     with function_server("--insecure") as address, grpc.insecure_channel(address) as channel:
         wait_ready(channel)
         stub = grpcv1.FunctionRunnerServiceStub(channel)
-        over_grpc = cluster(run=lambda req: stub.RunFunction(req, timeout=30))
+        over_grpc = cluster(run=lambda req: stub.RunFunction(req, timeout=HANG))
         over_grpc.patch("Catalog", "default", {"instanceTypeAwareCpuManufacturer": True})
         over_grpc.reconcile()
     in_process = cluster()

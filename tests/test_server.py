@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import grpc
@@ -15,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support import load
 from tests.support.grpc_server import function_server, throwaway_pki, wait_ready
+from tests.support.patience import HANG, exited, wait_until
 
 VALID = "instancetypeflavor"
 HANDLERS = "catalog, devices, gpuclass, instance, instancepersistentvolume, instancetype, instancetypeflavor, kubernetesnodes"
@@ -48,7 +48,7 @@ def insecure_address():
 
 def call(address: str, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
     with grpc.insecure_channel(address) as channel:
-        return grpcv1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=10)
+        return grpcv1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=HANG)
 
 
 def test_unknown_handler_is_fatal_and_names_the_valid_ones(insecure_address):
@@ -103,13 +103,13 @@ def test_same_request_same_response_bytes(insecure_address):
             request_serializer=None,
             response_deserializer=None,
         )
-        assert raw(payload, timeout=10) == raw(payload, timeout=10)
+        assert raw(payload, timeout=HANG) == raw(payload, timeout=HANG)
 
 
 def test_v1beta1_is_served_too(insecure_address):
     req = fnv1beta1.RunFunctionRequest.FromString(request("gpus").SerializeToString())
     with grpc.insecure_channel(insecure_address) as channel:
-        rsp = grpcv1beta1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=10)
+        rsp = grpcv1beta1.FunctionRunnerServiceStub(channel).RunFunction(req, timeout=HANG)
     assert rsp.results[0].message.startswith("input.handler: unknown handler 'gpus'")
 
 
@@ -117,7 +117,7 @@ def test_health_reports_serving(insecure_address):
     with grpc.insecure_channel(insecure_address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         for service in ("", "apiextensions.fn.proto.v1.FunctionRunnerService"):
-            answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            answer = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=HANG)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
 
 
@@ -127,15 +127,17 @@ def test_mutual_tls_serves_clients_with_a_certificate_and_refuses_others(tmp_pat
         good = grpc.ssl_channel_credentials(client["ca"], client["key"], client["cert"])
         with grpc.secure_channel(address, good) as channel:
             wait_ready(channel)
-            rsp = grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=10)
+            rsp = grpcv1.FunctionRunnerServiceStub(channel).RunFunction(
+                request("gpus"), timeout=HANG
+            )
             assert rsp.results[0].severity == fnv1.SEVERITY_FATAL
         anonymous = grpc.ssl_channel_credentials(client["ca"])
         with grpc.secure_channel(address, anonymous) as channel:
             with pytest.raises(grpc.RpcError) as refused:
-                grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=10)
+                grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=HANG)
             assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
         with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError):
-            grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=5)
+            grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request("gpus"), timeout=HANG)
 
 
 def test_gpustack_fn_serve_is_the_same_server():
@@ -191,13 +193,13 @@ def test_a_small_request_is_answered_while_every_worker_is_busy():
             wait_ready(channel)
             stub = grpcv1.FunctionRunnerServiceStub(channel)
             with load.paused(load.descendants(process.pid)):
-                waiting = stub.RunFunction.future(pool, timeout=60)
-                answer = stub.RunFunction(small, timeout=30)
+                waiting = stub.RunFunction.future(pool, timeout=HANG)
+                answer = stub.RunFunction(small, timeout=HANG)
                 assert not waiting.done()  # its worker is stopped
             assert answer.meta.tag == small.meta.tag
-            assert waiting.result(timeout=60).meta.tag == pool.meta.tag
+            assert waiting.result(timeout=HANG).meta.tag == pool.meta.tag
         process.terminate()
-        process.communicate(timeout=60)
+        exited(process, "the server to exit on SIGTERM")
 
 
 def _memory_mib(pid: int) -> tuple[float, float]:
@@ -216,7 +218,7 @@ def test_idle_processes_hand_back_what_large_requests_took():
     summary: without handing freed pages back, a worker stays at its largest request's peak
     while idle, and the server at what the requests' bytes took (the pod holds both). Both give
     it back once idle (functions/memory.py), never while a request waits on them."""
-    from functions.memory import IDLE_SECONDS, MALLOC_TRIM
+    from functions.memory import MALLOC_TRIM
 
     if MALLOC_TRIM is None:
         pytest.skip("this C library cannot hand freed memory back (no malloc_trim)")
@@ -229,31 +231,31 @@ def test_idle_processes_hand_back_what_large_requests_took():
             before = {pid: _memory_mib(pid)[0] for pid in pids}
             stub = grpcv1.FunctionRunnerServiceStub(channel)
             for _ in range(3):
-                assert stub.RunFunction(pool, timeout=120).meta.tag == pool.meta.tag
+                assert stub.RunFunction(pool, timeout=HANG).meta.tag == pool.meta.tag
             busy = {pid: _memory_mib(pid) for pid in pids}  # (now, peak)
             took = {pid: busy[pid][1] - before[pid] for pid in pids}
             for pid in pids:
                 assert took[pid] > 64, "the requests went through this process"
             # Each process keeps what it holds for good (a worker's parsed summaries: 100 MiB and
             # more) and hands back the rest of its peak, 40-60 MiB here: without a trim, both stay
-            # within a few MiB of it. A busy machine may run the idle trim late: wait 15 s more.
-            deadline = time.monotonic() + IDLE_SECONDS + 15
-            time.sleep(IDLE_SECONDS + 1)
-            while True:
-                idle = {pid: _memory_mib(pid)[0] for pid in pids}
-                handed_back = {pid: busy[pid][1] - idle[pid] for pid in pids}
-                trimmed = all(handed_back[pid] > HANDED_BACK_MIB for pid in pids)
-                if trimmed or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+            # within a few MiB of it. Each trims once idle (functions.memory.IDLE_SECONDS); a busy
+            # machine may run the trim late, so this waits on the memory itself.
+            idle: dict[int, float] = {}
+
+            def handed_back() -> bool:
+                idle.update({pid: _memory_mib(pid)[0] for pid in pids})
+                return all(busy[pid][1] - idle[pid] > HANDED_BACK_MIB for pid in pids)
+
+            def what() -> str:
+                return f"each to hand back over {HANDED_BACK_MIB} MiB once idle: " + ", ".join(
+                    f"{'server' if pid == process.pid else 'worker'} idle {idle[pid]:.0f} MiB, "
+                    f"peak {busy[pid][1]:.0f}, at start {before[pid]:.0f}"
+                    for pid in pids
+                )
+
+            wait_until(handed_back, what, every=0.1)
         process.terminate()
-        process.communicate(timeout=60)
-    for pid in pids:
-        peak = busy[pid][1]
-        who = "server" if pid == process.pid else "worker"
-        assert handed_back[pid] > HANDED_BACK_MIB, (
-            f"{who}: idle {idle[pid]:.0f} MiB, peak {peak:.0f}, at start {before[pid]:.0f}"
-        )
+        exited(process, "the server to exit on SIGTERM")
 
 
 def _workers(server: int) -> list[int]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -30,23 +29,35 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.support import load
 from tests.support.grpc_server import wait_ready
+from tests.support.patience import HANG, exited, wait_until
 
 CALLS = 50
 NODES = 400  # about 0.4 MiB of node summaries a request
+# The drain's bound (`--grace-period`), far beyond the drain these tests make: past it, calls
+# still in flight are cancelled, and a busy machine answering fifty pool requests is slow.
+GRACE = f"{HANG:.0f}"
 
 
 def outcome(future: grpc.Future) -> str:
     try:
-        future.result(timeout=120)
+        future.result(timeout=HANG)
     except grpc.RpcError as error:
         return error.code().name
     return "OK"
 
 
+def draining_health(channel: grpc.Channel) -> health_pb2.HealthCheckResponse | None:
+    """The server's health answer once it says NOT_SERVING, else None."""
+    answer = health_pb2_grpc.HealthStub(channel).Check(
+        health_pb2.HealthCheckRequest(service=""), timeout=HANG
+    )
+    return answer if answer.status == health_pb2.HealthCheckResponse.NOT_SERVING else None
+
+
 def readyz(address: str) -> tuple[int, str]:
     """The kubelet's readiness probe: `/readyz` on the metrics port."""
     try:
-        with urllib.request.urlopen(f"http://{address}/readyz", timeout=10) as answer:
+        with urllib.request.urlopen(f"http://{address}/readyz", timeout=HANG) as answer:
             return answer.status, answer.read().decode().strip()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode().strip()
@@ -55,29 +66,31 @@ def readyz(address: str) -> tuple[int, str]:
 def test_sigterm_answers_every_call_in_flight_and_exits_zero():
     req = load.pool_request(NODES)
     metrics = f"127.0.0.1:{load.free_port()}"
-    args = ("--insecure", "--workers", "1", "--grace-period", "60", "--metrics-address", metrics)
+    args = ("--insecure", "--workers", "1", "--grace-period", GRACE, "--metrics-address", metrics)
     with load.server_process(*args) as (process, address):
         with grpc.insecure_channel(address) as channel:
             wait_ready(channel)
             stub = grpcv1.FunctionRunnerServiceStub(channel)
-            stub.RunFunction(load.small_request(), timeout=30)  # the worker is up
+            stub.RunFunction(load.small_request(), timeout=HANG)  # the worker is up
             ready_before = readyz(metrics)
-            calls = [stub.RunFunction.future(req, timeout=120) for _ in range(CALLS)]
-            while not any(call.done() for call in calls):  # the first answer: all sent by now
-                time.sleep(0.01)
+            calls = [stub.RunFunction.future(req, timeout=HANG) for _ in range(CALLS)]
+            wait_until(  # the first answer: all sent by now
+                lambda: any(call.done() for call in calls), "the first call's answer", every=0.01
+            )
             # The worker pauses: what is queued stays in flight through SIGTERM and the checks,
             # however fast the handler, and is answered once it resumes.
             with load.paused(load.descendants(process.pid)):
                 process.send_signal(signal.SIGTERM)
-                time.sleep(0.2)
-                health = health_pb2_grpc.HealthStub(channel).Check(
-                    health_pb2.HealthCheckRequest(service=""), timeout=10
+                # Health turns NOT_SERVING in the same turn of the server's loop as it starts
+                # refusing calls (functions/server.py, `shut_down`): from then on it drains.
+                health = wait_until(
+                    lambda: draining_health(channel), "health NOT_SERVING after SIGTERM", every=0.01
                 )
-                refused = stub.RunFunction.future(load.small_request(), timeout=30)
+                refused = stub.RunFunction.future(load.small_request(), timeout=HANG)
                 late = outcome(refused)
                 ready_draining = readyz(metrics)
             outcomes = Counter(outcome(call) for call in calls)
-        output, _ = process.communicate(timeout=60)
+        output = exited(process, "the server to exit once drained")
     draining = load.logged(output, "draining")
     assert process.returncode == 0, output
     assert health.status == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -98,16 +111,16 @@ CLIENTS = 50
 def test_sigterm_under_fifty_clients_of_small_calls_answers_or_refuses_every_one():
     outcomes: Counter[str] = Counter()
     lock, started = threading.Lock(), threading.Event()
-    args = ("--insecure", "--workers", "1", "--grace-period", "30")
+    args = ("--insecure", "--workers", "1", "--grace-period", GRACE)
     with load.server_process(*args) as (process, address):
 
         def client() -> None:
             """Small calls back to back, until one is not answered (a retry goes elsewhere)."""
             with grpc.insecure_channel(address) as channel:
-                wait_ready(channel, 60)
+                wait_ready(channel)
                 call = grpcv1.FunctionRunnerServiceStub(channel).RunFunction
                 while True:
-                    code = outcome(call.future(load.small_request(), timeout=60))
+                    code = outcome(call.future(load.small_request(), timeout=HANG))
                     with lock:
                         outcomes[code] += 1
                         if outcomes["OK"] >= 10 * CLIENTS:
@@ -118,11 +131,13 @@ def test_sigterm_under_fifty_clients_of_small_calls_answers_or_refuses_every_one
         clients = [threading.Thread(target=client) for _ in range(CLIENTS)]
         for thread in clients:
             thread.start()
-        assert started.wait(120), outcomes  # every client busy
+        assert started.wait(HANG), f"not every client busy in {HANG:.0f} s: {outcomes}"
         process.send_signal(signal.SIGTERM)
-        for thread in clients:
-            thread.join(120)
-        output, _ = process.communicate(timeout=60)
+        wait_until(
+            lambda: not any(thread.is_alive() for thread in clients),
+            lambda: f"every client turned away after SIGTERM: {outcomes}",
+        )
+        output = exited(process, "the server to exit once drained")
     assert process.returncode == 0, output
     assert set(outcomes) <= {"OK", "UNAVAILABLE"}, outcomes  # none CANCELLED
     (stopped,) = load.logged(output, "stopped")

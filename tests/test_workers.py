@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
+import socket
+import struct
+from pathlib import Path
 
 import grpc
 import pytest
@@ -25,15 +27,9 @@ from functions.server import INLINE_MAX_BYTES
 from functions.workers import WorkerLost, Workers
 from tests.support import load
 from tests.support.grpc_server import wait_ready
+from tests.support.patience import HANG, exited, wait_until, wait_until_async
 
 BIG = [("grpc.max_send_message_length", 2**30), ("grpc.max_receive_message_length", 2**30)]
-
-
-def polled(condition, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not condition():
-        time.sleep(0.05)
-    return condition()
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +43,14 @@ async def _calls(workers: Workers, payload: bytes, count: int, kill: bool) -> li
     """`count` calls at once, every worker stopped until all are taken; then, if `kill`, one
     of them is killed as the OOM killer would, and the others resume."""
     pids = workers.pids()
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+    load.stop(pids)
     try:
         calls = [asyncio.ensure_future(workers.run(payload)) for _ in range(count)]
-        while workers.idle or len(workers.waiting) < max(0, count - len(pids)):
-            await asyncio.sleep(0.01)  # every worker has a call
+        await wait_until_async(
+            lambda: not workers.idle and len(workers.waiting) >= count - len(pids),
+            "every worker to have a call",
+            every=0.01,
+        )
         if kill:
             os.kill(pids[0], signal.SIGKILL)
     finally:
@@ -78,9 +76,9 @@ async def _one_lost_then_all_answered(workers: Workers, payload: bytes) -> None:
     assert all(
         fnv1.RunFunctionResponse.FromString(answer).meta.tag == "pool" for answer, _, _ in answered
     )
-    deadline = time.monotonic() + 60
-    while workers.replaced < 1 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)  # its replacement starts while the others serve
+    await wait_until_async(  # its replacement starts while the others serve
+        lambda: workers.replaced >= 1, "the lost worker's replacement"
+    )
     assert len(workers.all) == 4
     for count in (4, 8):  # four calls again, then eight (four wait for a worker)
         again = await _calls(workers, payload, count, kill=False)
@@ -93,28 +91,29 @@ def test_over_grpc_the_lost_call_is_unavailable_and_the_next_is_answered(pool_pa
         with grpc.insecure_channel(address, BIG) as channel:
             wait_ready(channel)
             stub = grpcv1.FunctionRunnerServiceStub(channel)
-            assert stub.RunFunction(req, timeout=60).meta.tag == "pool"  # both workers up
+            assert stub.RunFunction(req, timeout=HANG).meta.tag == "pool"  # both workers up
             workers = _workers(process.pid)
             assert len(workers) == 2
-            for pid in workers:
-                os.kill(pid, signal.SIGSTOP)
-            calls = [stub.RunFunction.future(req, timeout=120) for _ in range(2)]
-            time.sleep(1.0)  # both calls reach a stopped worker (the outcome holds either way)
+            load.stop(workers)
+            calls = [stub.RunFunction.future(req, timeout=HANG) for _ in range(2)]
+            wait_until(  # each worker has been sent a call: it is the stopped worker's now
+                lambda: all(_unread_bytes(pid) for pid in workers),
+                "both calls to reach a stopped worker",
+            )
             os.kill(workers[0], signal.SIGKILL)
             os.kill(workers[1], signal.SIGCONT)
             codes = sorted(_code(call) for call in calls)
-            assert codes in (["OK", "UNAVAILABLE"], ["OK", "OK"]), codes
-            assert stub.RunFunction(req, timeout=60).meta.tag == "pool"
-            assert polled(lambda: len(_workers(process.pid)) == 2)
+            assert codes == ["OK", "UNAVAILABLE"], codes
+            assert stub.RunFunction(req, timeout=HANG).meta.tag == "pool"
+            wait_until(lambda: len(_workers(process.pid)) == 2, "the lost worker's replacement")
         process.terminate()
-        output, _ = process.communicate(timeout=60)
-    if "UNAVAILABLE" in codes:
-        assert load.logged(output, "worker lost")
+        output = exited(process, "the server to exit on SIGTERM")
+    assert load.logged(output, "worker lost")
 
 
 def _code(call: grpc.Future) -> str:
     try:
-        call.result(timeout=120)
+        call.result(timeout=HANG)
     except grpc.RpcError as error:
         return error.code().name
     return "OK"
@@ -127,9 +126,51 @@ def _workers(server: int) -> list[int]:
 
 
 def _parent(pid: int) -> int:
-    from pathlib import Path
-
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLMSG_ERROR, NLMSG_DONE = 4, 20, 2, 3
+UDIAG_SHOW_RQLEN, UNIX_DIAG_RQLEN = 0x10, 4
+
+
+def _unread_bytes(pid: int) -> int:
+    """The bytes waiting unread on a process's Unix sockets (its pipe to the server), as the
+    kernel's socket diagnostics tell `ss -x`: a stopped worker sent a call holds them."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            inodes.add(int(link[len("socket:[") : -1]))
+    # A dump of every Unix socket (struct unix_diag_req), each with its receive queue's length.
+    every_state, any_cookie = 0xFFFFFFFF, 0xFFFFFFFF
+    ask = struct.pack(
+        "=BBHIIIII", socket.AF_UNIX, 0, 0, every_state, 0, UDIAG_SHOW_RQLEN, any_cookie, any_cookie
+    )
+    dump = 0x300 | 0x1  # NLM_F_DUMP | NLM_F_REQUEST
+    unread = 0
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_SOCK_DIAG) as diag:
+        diag.sendall(struct.pack("=IHHII", 16 + len(ask), SOCK_DIAG_BY_FAMILY, dump, 1, 0) + ask)
+        while True:
+            data, at = diag.recv(1 << 20), 0
+            while at < len(data):  # netlink messages: a header, a unix_diag_msg, attributes
+                length, kind = struct.unpack_from("=IH", data, at)
+                if kind == NLMSG_DONE:
+                    return unread
+                if kind == NLMSG_ERROR:
+                    raise OSError(f"sock_diag refused the dump: {data[at : at + length]!r}")
+                (inode,) = struct.unpack_from("=I", data, at + 16 + 4)
+                attribute = at + 16 + 16
+                while attribute < at + length:
+                    size, name = struct.unpack_from("=HH", data, attribute)
+                    if size < 4:  # malformed: no further attribute
+                        break
+                    if name == UNIX_DIAG_RQLEN and inode in inodes:
+                        unread += struct.unpack_from("=I", data, attribute + 4)[0]
+                    attribute += (size + 3) & ~3
+                at += (length + 3) & ~3
 
 
 def _varint(number: int) -> bytes:
@@ -175,18 +216,18 @@ def test_a_deep_request_is_parsed_or_refused_never_kills_its_worker(levels, code
                 response_deserializer=fnv1.RunFunctionResponse.FromString,
             )
             bystander = grpcv1.FunctionRunnerServiceStub(channel).RunFunction.future(
-                req, timeout=120
+                req, timeout=HANG
             )
             try:
-                rsp = raw(payload, timeout=120)
+                rsp = raw(payload, timeout=HANG)
                 found = "OK"
                 assert rsp.meta.tag == "deep"
             except grpc.RpcError as error:
                 found = error.code().name
                 assert "Exceeded upb_DecodeOptions_MaxDepth" in error.details()
             assert found == code
-            assert bystander.result(timeout=120).meta.tag == "pool"
+            assert bystander.result(timeout=HANG).meta.tag == "pool"
             assert len(_workers(process.pid)) == 2  # none died
         process.terminate()
-        output, _ = process.communicate(timeout=60)
+        output = exited(process, "the server to exit on SIGTERM")
     assert not load.logged(output, "worker lost")

@@ -18,6 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.support.patience import HANG
+
 FUNCTION = Path(sys.executable).parent / "function"
 
 
@@ -42,13 +44,18 @@ def function_server(*args: str) -> Iterator[str]:
     try:
         yield address
     finally:
-        process.terminate()
-        process.wait(timeout=10)
+        process.terminate()  # it drains (its grace period) and exits
+        try:
+            process.wait(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise AssertionError(
+                f"the function server had not exited {HANG:.0f} s after SIGTERM"
+            ) from None
 
 
-READY_BOUND = (
-    600.0  # seconds: a server that has not answered by then hangs; a busy machine is slower
-)
+READY_BOUND = HANG  # a server that has not answered by then hangs; a busy machine is slower
 
 
 def wait_ready(channel: grpc.Channel, timeout: float = READY_BOUND) -> None:

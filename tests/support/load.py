@@ -22,6 +22,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from functions.handlers import HANDLERS
 from functions.handlers.base import Request
 from tests.support.grpc_server import FUNCTION, free_port
+from tests.support.patience import HANG, wait_until
 
 INPUT = {"apiVersion": "fn.gpustack.ai/v1beta1", "kind": "Input"}
 PRODUCT = "NVIDIA H100 80GB HBM3"
@@ -163,7 +164,7 @@ def server_process(*args: str) -> Iterator[tuple[subprocess.Popen, str]]:
     finally:
         if process.poll() is None:
             process.kill()
-        process.wait(timeout=10)
+        process.wait(timeout=HANG)
 
 
 def descendants(pid: int) -> list[int]:
@@ -182,11 +183,32 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-@contextlib.contextmanager
-def paused(pids: list[int]) -> Iterator[None]:
-    """SIGSTOP these processes for the block, SIGCONT after: a worker that cannot finish yet."""
+def stopped(pid: int) -> bool:
+    """Whether every thread of the process is stopped (or it is gone), from /proc."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    for task in tasks:
+        with contextlib.suppress(OSError, IndexError):  # a thread that ended meanwhile
+            if (task / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "TtZX":
+                return False
+    return True
+
+
+def stop(pids: list[int]) -> None:
+    """SIGSTOP these processes, and wait until they are stopped: `kill` returns before the
+    kernel has run them to their stop, which on a busy machine can come after the next call's
+    bytes reached a worker, and it read them."""
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: all(stopped(pid) for pid in pids), f"SIGSTOP to stop {pids}", every=0.01)
+
+
+@contextlib.contextmanager
+def paused(pids: list[int]) -> Iterator[None]:
+    """Stopped (`stop`) for the block, SIGCONT after: a worker that cannot finish yet."""
+    stop(pids)
     try:
         yield
     finally:
