@@ -486,10 +486,9 @@ def main(**options) -> None:
     """
     try:
         serve_with(**options)
-    except Exception as error:
-        from functions.cli import bad_input  # it imports this module
-
-        answer = None if options["debug"] else bad_input(error)
-        if answer is None:
+    except CannotServe as error:
+        if options["debug"]:
             raise
-        raise answer from None
+        refused = click.ClickException(str(error))
+        refused.exit_code = click.UsageError.exit_code  # 2, as gpustack-fn's BadInput
+        raise refused from None
