@@ -304,7 +304,13 @@ class Crossplane:
                 {"status": {"endpoint": endpoint, "tlsServerSecretName": TLS_SERVER_SECRET}}
             ),
         )
-        # ... and the runtime's verdict on its server, which the Function's Healthy waits for
+        # ... and the runtime's verdict on its server, which the Function's Healthy waits for.
+        # A JSON patch adds to the conditions Crossplane wrote; before it has written any there
+        # is no list to add to, and the API server refuses the patch (once, on 1.20.3).
+        eventually(
+            "the function revision's first conditions",
+            lambda: self.kubectl.get("functionrevision", name)["status"]["conditions"],
+        )
         healthy = {"type": "RuntimeHealthy", "status": "True", "reason": "HealthyPackageRevision",
                    "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         patch = [{"op": "add", "path": "/status/conditions/-", "value": healthy}]
