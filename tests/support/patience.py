@@ -34,14 +34,9 @@ def wait_until(
     """`condition()`'s first true value, asked every `every` seconds; after `bound` seconds,
     an AssertionError saying what was awaited (`what`, or what it returns then) and how long."""
     started = time.monotonic()
-    while True:
-        found = condition()
-        if found:
-            return found
-        waited = time.monotonic() - started
-        if waited >= bound:
-            raise AssertionError(f"waited {waited:.0f} s for {_said(what)}")
+    while not (found := _asked(condition, what, started, bound)):
         time.sleep(every)
+    return found
 
 
 async def wait_until_async(
@@ -52,14 +47,20 @@ async def wait_until_async(
 ) -> T:
     """`wait_until` on an event loop, which runs on while it waits."""
     started = time.monotonic()
-    while True:
-        found = condition()
-        if found:
-            return found
-        waited = time.monotonic() - started
-        if waited >= bound:
-            raise AssertionError(f"waited {waited:.0f} s for {_said(what)}")
+    while not (found := _asked(condition, what, started, bound)):
         await asyncio.sleep(every)
+    return found
+
+
+def _asked(
+    condition: Callable[[], T], what: str | Callable[[], str], started: float, bound: float
+) -> T:
+    """`condition()`, or the AssertionError of a wait begun at `started` that is past `bound`."""
+    found = condition()
+    waited = time.monotonic() - started
+    if not found and waited >= bound:
+        raise AssertionError(f"waited {waited:.0f} s for {_said(what)}")
+    return found
 
 
 def exited(process: subprocess.Popen, what: str, bound: float = HANG) -> str:
