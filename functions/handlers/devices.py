@@ -46,6 +46,7 @@ from functions.handlers.desired import Desired
 from functions.handlers.inputs import (
     CATALOG,
     as_desired,
+    catalog_missing,
     catalog_settings,
     observed_status,
     unreadable,
@@ -203,7 +204,7 @@ def inputs_digest(
 
 def compose(request: Request) -> Desired:
     desired = Desired()
-    if request.required("catalog") == []:
+    if catalog_missing(request):
         desired.ttl = WITHOUT_CATALOG_TTL
     settings = catalog_settings(request, desired)
     vm_node = vm_node_config_map(request, settings, desired)

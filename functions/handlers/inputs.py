@@ -47,6 +47,12 @@ def catalog_settings(request: Request, desired: Desired, requirement: str = "cat
     return settings
 
 
+def catalog_missing(request: Request, requirement: str = "catalog") -> bool:
+    """Crossplane looked for the Catalog `default` and found none (not: not asked yet). The
+    same read as `catalog_settings`, so the Catalog is read once per request."""
+    return request.required_read(requirement, read_settings) == []
+
+
 def read_settings(catalog: View) -> tuple[str, Settings | SettingsError]:
     """A Catalog's name, and its settings or why they cannot be read. Every handler reads
     them on every call, and they rarely change: read once while unchanged (`required_read`)."""
